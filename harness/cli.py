@@ -92,3 +92,7 @@ class _errors:
             console.print("interrupted: finished batches are saved; rerun with --resume to continue", highlight=False)
             sys.exit(130)
         return False
+
+
+if __name__ == "__main__":
+    main()

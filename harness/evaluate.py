@@ -105,21 +105,24 @@ def evaluate(
         run.keep_only([finished[q.id] for q in questions if q.id in kept_ids])
     on_start(len(questions), len(kept_ids))
 
-    for batch in batches:
-        if batch[0].id in kept_ids:
-            continue
-        trajs = run_batch(batch, backend, retriever, knobs, on_searches)
-        run.append([trajectory_row(t) for t in trajs])
-        for t in trajs:
-            finished[t.question.id] = trajectory_row(t)
-        on_questions(len(batch))
+    todo = [b for b in batches if b[0].id not in kept_ids]
+    done_now = 0
+    try:
+        for batch in todo:
+            trajs = run_batch(batch, backend, retriever, knobs, on_searches)
+            rows = [trajectory_row(t) for t in trajs]
+            run.append(rows)
+            finished.update((r["id"], r) for r in rows)
+            done_now += len(rows)
+            on_questions(len(rows))
+    finally:  # an interrupted session's time counts too
+        segments = run.add_segment({
+            "started": datetime.fromtimestamp(started, timezone.utc).isoformat(),
+            "ended": datetime.now(timezone.utc).isoformat(),
+            "questions": done_now,
+        })
 
     rows = [finished[q.id] for q in questions]
-    segments = run.add_segment({
-        "started": datetime.fromtimestamp(started, timezone.utc).isoformat(),
-        "ended": datetime.now(timezone.utc).isoformat(),
-        "questions": len(questions) - len(kept_ids),
-    })
     results = {
         **config,
         "scores": metrics.aggregate(rows),

@@ -275,7 +275,10 @@ def write(path: Path, data: bytes) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sources", type=Path, default=HERE.parent.parent / "shared" / "data" / "sources")
+    parser.add_argument("--out", type=Path, default=HERE, help="where suites/, corpus/ and manifest.json go")
     args = parser.parse_args()
+    (args.out / "suites").mkdir(parents=True, exist_ok=True)
+    (args.out / "corpus").mkdir(parents=True, exist_ok=True)
     cat, corpus, pools = build(args.sources)
     rng = random.Random(SEED)
 
@@ -293,13 +296,12 @@ def main() -> None:
 
     manifest = {"seed": SEED, "suites": {}, "corpus": {}}
     for name, rows, file in (("fixed1325", fixed, "fixed1325.jsonl"), ("mini", mini, "mini.jsonl"), ("full", full, "full.jsonl.gz")):
-        sha = write(HERE / "suites" / file, jsonl_bytes(rows))
+        sha = write(args.out / "suites" / file, jsonl_bytes(rows))
         counts = {b: sum(r["benchmark"] == b for r in rows) for b in BENCHMARKS}
         manifest["suites"][name] = {"file": f"suites/{file}", "sha256": sha, "n": len(rows), "per_benchmark": counts}
-    sha = write(HERE / "corpus" / "bundled.jsonl.gz", jsonl_bytes(corpus.rows))
+    sha = write(args.out / "corpus" / "bundled.jsonl.gz", jsonl_bytes(corpus.rows))
     manifest["corpus"]["bundled"] = {"file": "corpus/bundled.jsonl.gz", "sha256": sha, "n": len(corpus.rows)}
-    (HERE / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    print(json.dumps(manifest, indent=2))
+    (args.out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
 
 
 if __name__ == "__main__":

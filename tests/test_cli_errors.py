@@ -1,0 +1,64 @@
+"""Bad input ends with one line on stderr naming what and where, and exit status 2."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from harness import suite as suite_mod
+from harness.cli import main
+from harness.paths import TASKS_DIR
+
+
+def run(*args):
+    result = CliRunner().invoke(main, ["eval", *args])
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    return result.exit_code, lines
+
+
+def test_unknown_suite(tmp_path):
+    code, lines = run("--ckpt", "smollm2-135m", "--suite", "nq-dev", "--out", str(tmp_path / "r"))
+    assert code == 2 and len(lines) == 1
+    assert lines[0].startswith("error: unknown suite 'nq-dev'")
+
+
+def test_malformed_suite_row(tmp_path):
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"id": "a", "question": "q", "golden_answers": ["x"]}\n{"id": "b", "question": "q"}\n')
+    code, lines = run("--ckpt", "smollm2-135m", "--suite", str(path), "--out", str(tmp_path / "r"))
+    assert code == 2 and len(lines) == 1 and f"{path}:2: field 'golden_answers'" in lines[0]
+
+
+def test_hash_mismatch(tmp_path, monkeypatch):
+    (tmp_path / "suites").mkdir()
+    (tmp_path / "suites" / "mini.jsonl").write_text((TASKS_DIR / "suites" / "mini.jsonl").read_text()[:-200] + "\n")
+    monkeypatch.setattr(suite_mod, "TASKS_DIR", tmp_path)
+    code, lines = run("--ckpt", "smollm2-135m", "--suite", "mini", "--out", str(tmp_path / "r"))
+    assert code == 2 and len(lines) == 1 and "does not match the manifest" in lines[0]
+
+
+@pytest.mark.parametrize("ckpt,message", [
+    ("./no/such/dir", "checkpoint './no/such/dir' not found"),
+    ("not-a-model", "checkpoint 'not-a-model' not found"),
+])
+def test_missing_checkpoint(tmp_path, ckpt, message):
+    code, lines = run("--ckpt", ckpt, "--suite", "mini", "--out", str(tmp_path / "r"))
+    assert code == 2 and len(lines) == 1 and message in lines[0]
+
+
+def test_checkpoint_dir_without_weights(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    code, lines = run("--ckpt", str(tmp_path / "ckpt"), "--suite", "mini", "--out", str(tmp_path / "r"))
+    assert code == 2 and len(lines) == 1 and "has no config.json and weight files" in lines[0]
+
+
+def test_corpus_row_missing_a_field(tmp_path):
+    path = tmp_path / "corpus.jsonl"
+    path.write_text(json.dumps({"id": "1", "contents": '"A"\nb'}) + "\n" + json.dumps({"id": "2", "body": "x"}) + "\n")
+    code, lines = run("--ckpt", "smollm2-135m", "--suite", "mini", "--corpus", str(path), "--out", str(tmp_path / "r"))
+    assert code == 2 and len(lines) == 1 and f"{path}:2: missing field 'contents'" in lines[0]
+
+
+def test_out_of_range_knob(tmp_path):
+    code, lines = run("--ckpt", "smollm2-135m", "--suite", "mini", "--topk", "0", "--out", str(tmp_path / "r"))
+    assert code == 2 and len(lines) == 1 and "knob topk must be an integer >= 1, got 0" in lines[0]

@@ -1,0 +1,97 @@
+"""End to end with the real bundled model (SmolLM2-135M-Instruct) and the real BM25 retriever.
+
+Budgets are cut (few tokens, one search) so the suite runs in CI time; the code path is the full one.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.backends.hf import HFBackend
+from harness.checkpoints import resolve
+from harness.evaluate import evaluate
+from harness.paths import TASKS_DIR
+from harness.protocol import STOP, Knobs
+from harness.suite import load_suite
+
+KNOBS = Knobs(max_new_tokens=12, max_searches=1)
+CLI_KNOBS = ["--max-new-tokens", "6", "--max-searches", "1", "--batch-size", "2"]
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> HFBackend:
+    return HFBackend(resolve("smollm2-135m"))
+
+
+@pytest.fixture(scope="module")
+def small_suite(tmp_path_factory) -> Path:
+    """Eight mini questions, two per benchmark from four benchmarks, as a user suite file."""
+    rows = [json.loads(line) for line in (TASKS_DIR / "suites" / "mini.jsonl").read_text().splitlines()]
+    picked = [r for b in ("nq", "triviaqa", "hotpotqa", "bamboogle") for r in [x for x in rows if x["benchmark"] == b][:2]]
+    path = tmp_path_factory.mktemp("suite") / "small.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in picked))
+    return path
+
+
+def test_greedy_decoder_matches_transformers_generate(smollm2):
+    prompts = [smollm2.chat_prompt("What is the capital of France?"), smollm2.chat_prompt("Name a prime number.")]
+    ours = smollm2.generate(prompts, 24, 4096, STOP)
+    for prompt, text in zip(prompts, ours):
+        enc = smollm2.tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
+        out = smollm2.model.generate(**enc, max_new_tokens=24, do_sample=False, pad_token_id=smollm2.pad_id)
+        assert text == smollm2.tokenizer.decode(out[0, enc.input_ids.shape[1]:], skip_special_tokens=True)
+
+
+def test_stop_strings_end_generation_and_are_kept(smollm2):
+    prompt = smollm2.chat_prompt("What is the capital of France?")
+    [free] = smollm2.generate([prompt], 40, 4096, ())
+    stop = free.split()[3]  # a word the model is known to reach
+    [stopped] = smollm2.generate([prompt], 40, 4096, (stop,))
+    assert stopped == free[: free.index(stop) + len(stop)]
+
+
+def test_two_runs_are_byte_identical(tmp_path, smollm2, bm25, small_suite):
+    suite = load_suite(str(small_suite))
+    first = evaluate(suite, smollm2, bm25, KNOBS, tmp_path / "a", batch_size=4)
+    second = evaluate(suite, smollm2, bm25, KNOBS, tmp_path / "b", batch_size=4)
+    assert (tmp_path / "a" / "trajectories.jsonl").read_bytes() == (tmp_path / "b" / "trajectories.jsonl").read_bytes()
+    assert first["scores"] == second["scores"]
+    rows = [json.loads(line) for line in (tmp_path / "a" / "trajectories.jsonl").read_text().splitlines()]
+    texts = [r["turns"][0]["generated"] for r in rows]
+    assert all(t.strip() for t in texts) and len(set(texts)) > 1  # real, question-dependent model text
+    assert first["model"]["weights_sha256"] == resolve("smollm2-135m").weights_sha256
+    assert first["model"]["engine"] == "hf"
+
+
+def cli(*args, **kw):
+    return subprocess.Popen([sys.executable, "-m", "harness.cli", "eval", "--ckpt", "smollm2-135m", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
+def test_killed_cli_run_resumes_to_the_uninterrupted_result(tmp_path, small_suite, sig):
+    reference = tmp_path / "reference"
+    done = cli("--suite", str(small_suite), "--out", str(reference), *CLI_KNOBS)
+    assert done.wait(timeout=600) == 0, done.stderr.read()
+    out = tmp_path / "killed"
+    proc = cli("--suite", str(small_suite), "--out", str(out), *CLI_KNOBS)
+    record = out / "trajectories.jsonl"
+    deadline = time.time() + 600
+    while not (record.exists() and record.read_text().count("\n") >= 2) and time.time() < deadline:
+        time.sleep(0.05)
+    os.kill(proc.pid, sig)
+    code = proc.wait(timeout=120)
+    if sig == signal.SIGINT:
+        assert code == 130 and "rerun with --resume" in proc.stderr.read()
+    assert record.read_text().count("\n") < 8
+    resumed = cli("--suite", str(small_suite), "--out", str(out), "--resume", *CLI_KNOBS)
+    assert resumed.wait(timeout=600) == 0, resumed.stderr.read()
+    assert record.read_bytes() == (reference / "trajectories.jsonl").read_bytes()
+    ref_scores = json.loads((reference / "results.json").read_text())["scores"]
+    assert json.loads((out / "results.json").read_text())["scores"] == ref_scores

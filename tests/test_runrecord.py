@@ -1,0 +1,105 @@
+"""Resume and run-record rules, exercised with a scripted policy (the loop's control flow only)."""
+
+import json
+
+import pytest
+
+from harness.errors import CfbenchError
+from harness.evaluate import evaluate
+from harness.protocol import Knobs
+from harness.suite import load_suite
+from scripted import ScriptedBackend, question_of
+
+
+def policy(context: str) -> str:
+    if "<information>Doc" not in context:
+        return f"<search> {question_of(context)} </search>"
+    return "<answer> " + context.rsplit('Doc 1(Title: "', 1)[1].split('"', 1)[0] + " </answer>"
+
+
+class Interrupting(ScriptedBackend):
+    """Raises KeyboardInterrupt on the n-th generate call, as Ctrl-C would."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(policy)
+        self.n = n
+
+    def generate(self, *args):
+        if len(self.calls) + 1 == self.n:
+            raise KeyboardInterrupt
+        return super().generate(*args)
+
+
+@pytest.fixture
+def suite():
+    return load_suite("mini")
+
+
+def run(out, suite, bm25, backend=None, **kw):
+    return evaluate(suite, backend or ScriptedBackend(policy), bm25, Knobs(), out, batch_size=16, **kw)
+
+
+def test_record_layout_and_provenance(tmp_path, suite, bm25):
+    results = run(tmp_path / "r", suite, bm25)
+    rows = [json.loads(line) for line in (tmp_path / "r" / "trajectories.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == [q.id for q in suite.questions]
+    assert set(rows[0]) == {"id", "benchmark", "question", "golden_answers", "turns", "prediction", "scores"}
+    assert set(rows[0]["turns"][0]) >= {"generated", "action", "query", "doc_ids"}
+    on_disk = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert on_disk == json.loads(json.dumps(results))
+    for key in ("suite", "protocol", "metric_version", "model", "retriever", "packages", "git_commit", "seed", "wall_time_s"):
+        assert key in on_disk, key
+    assert on_disk["suite"]["sha256"] == suite.sha256
+    assert on_disk["protocol"] == {"version": "v1", "knobs": Knobs().as_dict()}
+    assert on_disk["retriever"]["index_sha256"] == bm25.describe()["index_sha256"]
+    assert set(on_disk["scores"]) >= {"nq", "bamboogle", "avg7", "multi_hop", "single_hop"}
+    assert on_disk["stats"]["searches_per_question"] == 1.0
+
+
+def test_interrupted_run_resumes_to_the_same_record(tmp_path, suite, bm25):
+    reference = run(tmp_path / "full", suite, bm25)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "cut", suite, bm25, backend=Interrupting(n=5))  # in the 3rd of 5 batches
+    assert len((tmp_path / "cut" / "trajectories.jsonl").read_text().splitlines()) == 32
+    resumed = run(tmp_path / "cut", suite, bm25, resume=True)
+    assert resumed["scores"] == reference["scores"]
+    assert (tmp_path / "cut" / "trajectories.jsonl").read_bytes() == (tmp_path / "full" / "trajectories.jsonl").read_bytes()
+    assert resumed["segments"] == 2
+
+
+def test_torn_lines_and_partial_batches_are_redone(tmp_path, suite, bm25):
+    reference = run(tmp_path / "full", suite, bm25)
+    lines = (tmp_path / "full" / "trajectories.jsonl").read_text().splitlines(keepends=True)
+    out = tmp_path / "cut"
+    out.mkdir()
+    (out / "run.json").write_bytes((tmp_path / "full" / "run.json").read_bytes())
+    # one whole batch, three rows of the next, and half a line, as a SIGKILL mid-write leaves it
+    (out / "trajectories.jsonl").write_text("".join(lines[:19]) + lines[19][:40])
+    backend = ScriptedBackend(policy)
+    resumed = run(out, suite, bm25, backend=backend, resume=True)
+    assert resumed["scores"] == reference["scores"]
+    assert (out / "trajectories.jsonl").read_bytes() == (tmp_path / "full" / "trajectories.jsonl").read_bytes()
+    assert backend.calls[0] == 16  # the partial batch was redone whole
+
+
+def test_an_existing_run_is_never_overwritten(tmp_path, suite, bm25):
+    run(tmp_path / "r", suite, bm25)
+    before = (tmp_path / "r" / "trajectories.jsonl").read_bytes()
+    with pytest.raises(CfbenchError, match="already holds a run; pass --resume"):
+        run(tmp_path / "r", suite, bm25)
+    assert (tmp_path / "r" / "trajectories.jsonl").read_bytes() == before
+
+
+def test_resume_with_other_settings_is_refused(tmp_path, suite, bm25):
+    run(tmp_path / "r", suite, bm25)
+    with pytest.raises(CfbenchError, match=r"settings differ \(protocol.knobs.topk: run has 3, now 5\)"):
+        evaluate(suite, ScriptedBackend(policy), bm25, Knobs(topk=5), tmp_path / "r", batch_size=16, resume=True)
+
+
+def test_a_corrupt_line_inside_the_record_stops_resume(tmp_path, suite, bm25):
+    run(tmp_path / "r", suite, bm25)
+    path = tmp_path / "r" / "trajectories.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:3]) + "{oops\n" + "".join(lines[4:]))
+    with pytest.raises(CfbenchError, match=r"trajectories.jsonl:4: corrupt line"):
+        run(tmp_path / "r", suite, bm25, resume=True)
