@@ -10,7 +10,6 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from harness.errors import CfbenchError
-from harness.paths import BUNDLED_CORPUS
 from harness.protocol import Knobs
 
 console = Console(stderr=True)
@@ -28,7 +27,9 @@ def main() -> None:
 @click.option("--suite", default="fixed1325", show_default=True, help="Bundled suite (fixed1325, mini, full) or a FlashRAG-style jsonl file.")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Run directory (trajectories, results).")
 @click.option("--resume", is_flag=True, help="Continue the run in --out without redoing finished questions.")
-@click.option("--corpus", type=click.Path(path_type=Path), default=BUNDLED_CORPUS, show_default="bundled corpus", help="Passages as jsonl(.gz).")
+@click.option("--retriever", "retriever_spec", default="bm25", show_default=True,
+              help="bm25, dense or lucene over --corpus, an index directory, or a Search-R1-style server URL.")
+@click.option("--corpus", type=click.Path(path_type=Path), default=None, help="Passages as jsonl(.gz) [default: bundled corpus].")
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True, help="Trajectories stepped together.")
 @click.option("--topk", type=int, default=DEFAULTS.topk, show_default=True)
 @click.option("--max-searches", type=int, default=DEFAULTS.max_searches, show_default=True)
@@ -39,21 +40,20 @@ def main() -> None:
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads (default: torch's).")
 @click.option("--seed", type=int, default=0, show_default=True)
-def eval_cmd(ckpt, suite, out, resume, corpus, batch_size, topk, max_searches, max_new_tokens, max_obs_tokens,
+def eval_cmd(ckpt, suite, out, resume, retriever_spec, corpus, batch_size, topk, max_searches, max_new_tokens, max_obs_tokens,
              max_context_tokens, device, dtype, threads, seed) -> None:
     """Evaluate a checkpoint on a suite under protocol v1 and print Cover-EM tables."""
     from harness.backends.hf import HFBackend
     from harness.checkpoints import resolve
-    from harness.corpus import load_corpus
     from harness.evaluate import evaluate
     from harness.report import results_table
-    from harness.retrievers.bm25 import BM25Retriever
+    from harness.retrievers.choose import retriever_for
     from harness.suite import load_suite
 
     with _errors():
         knobs = Knobs(topk, max_searches, max_new_tokens, max_obs_tokens, max_context_tokens)
         the_suite = load_suite(suite)
-        retriever = BM25Retriever(load_corpus(corpus))
+        retriever = retriever_for(retriever_spec, corpus)
         backend = HFBackend(resolve(ckpt), device=device, dtype=dtype, threads=threads)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("{task.fields[searches]} searches"), TextColumn("{task.fields[rate]}"),
@@ -76,6 +76,51 @@ def eval_cmd(ckpt, suite, out, resume, corpus, batch_size, topk, max_searches, m
                                resume=resume, on_start=on_start, on_questions=on_questions, on_searches=on_searches)
         Console().print(results_table(results))
         console.print(f"run record: {out}")
+
+
+@main.group()
+def index() -> None:
+    """Build retrieval indexes."""
+
+
+@index.command("build")
+@click.option("--corpus", type=click.Path(path_type=Path), required=True, help="Passages as jsonl(.gz): id+contents or id+title+text.")
+@click.option("--kind", required=True, help="bm25, dense or lucene.")
+@click.option("--encoder", default="minilm", show_default=True, help="Dense encoder: minilm (offline), e5-base-v2 (hub), or a model dir/id.")
+@click.option("--hnsw-m", type=click.IntRange(min=0), default=0, show_default=True, help="Dense: HNSW graph degree (0 = exact flat search).")
+@click.option("--dtype", default="float32", show_default=True, help="Dense: stored embedding type, float32 or float16.")
+@click.option("--out", type=click.Path(path_type=Path), required=True)
+def index_build(corpus, kind, encoder, hnsw_m, dtype, out) -> None:
+    """Build an index directory with a manifest (corpus hash, kind, parameters, build time)."""
+    from harness.corpus import load_corpus
+    from harness.retrievers.index import build_index, read_manifest
+
+    with _errors():
+        build_index(load_corpus(corpus), kind, out, encoder=encoder, hnsw_m=hnsw_m, dtype=dtype)
+        manifest = read_manifest(out)
+        console.print(f"built {kind} index of {manifest['corpus']['n']} passages in {manifest['build_seconds']} s: {out}")
+
+
+@main.group()
+def retriever() -> None:
+    """Serve retrieval over HTTP."""
+
+
+@retriever.command("serve")
+@click.option("--index", "index_dir", type=click.Path(path_type=Path), required=True, help="An index directory.")
+@click.option("--corpus", type=click.Path(path_type=Path), default=None, help="The corpus [default: the one in the manifest].")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
+def retriever_serve(index_dir, corpus, host, port) -> None:
+    """Answer Search-R1's POST /retrieve (and GET /health) from an index."""
+    from harness.corpus import load_corpus
+    from harness.retrievers.index import open_index
+    from harness.server import serve
+
+    with _errors():
+        retriever_ = open_index(index_dir, load_corpus(corpus) if corpus else None)
+        console.print(f"serving {index_dir} on http://{host}:{port}/retrieve")
+    serve(retriever_, host, port)
 
 
 class _errors:

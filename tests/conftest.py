@@ -1,10 +1,15 @@
 import pytest
 
 from harness.corpus import load_corpus
-from harness.retrievers.bm25 import BM25Retriever
+from harness.retrievers.index import default_index, open_index
 
 
 @pytest.fixture(scope="session")
-def bm25() -> BM25Retriever:
-    """BM25 over the bundled corpus (index cached in $CFBENCH_CACHE like any run)."""
-    return BM25Retriever(load_corpus())
+def bundled_corpus():
+    return load_corpus()
+
+
+@pytest.fixture(scope="session")
+def bm25(bundled_corpus):
+    """BM25 over the bundled corpus (index cached in $CFBENCH_CACHE like any run's)."""
+    return open_index(default_index(bundled_corpus, "bm25"), bundled_corpus)

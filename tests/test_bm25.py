@@ -5,7 +5,7 @@ import pytest
 from harness.corpus import load_corpus
 from harness.errors import CfbenchError
 from harness.paths import TASKS_DIR
-from harness.retrievers.bm25 import BM25Retriever
+from harness.retrievers.index import build_index, default_index, open_index
 
 
 # Share of questions with a gold passage in BM25's top 3 over the bundled corpus, measured on
@@ -26,7 +26,7 @@ def test_results_are_sorted_and_ties_break_by_corpus_order(tmp_path, monkeypatch
     rows = [{"id": f"p{i}", "contents": f'"Doc {i}"\nthe river flows'} for i in range(5)]
     rows.append({"id": "best", "contents": '"Rivers"\nthe river river flows to the sea river'})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    retriever = BM25Retriever(load_corpus(path))
+    retriever = open_index(build_index(load_corpus(path), "bm25", tmp_path / "index"))
     [[first, *rest]] = retriever.search(["river"], 4)
     assert first.id == "best"
     assert [h.id for h in rest] == ["p0", "p1", "p2"]
@@ -34,17 +34,16 @@ def test_results_are_sorted_and_ties_break_by_corpus_order(tmp_path, monkeypatch
     assert first.score > rest[0].score
 
 
-def test_index_is_built_once_and_reused(tmp_path, monkeypatch):
+def test_default_index_is_built_once_and_reused(tmp_path, monkeypatch):
     monkeypatch.setenv("CFBENCH_CACHE", str(tmp_path))
     path = tmp_path / "c.jsonl"
     path.write_text('{"id": "1", "contents": "\\"A\\"\\nalpha beta"}\n{"id": "2", "contents": "\\"B\\"\\ngamma"}\n')
-    first = BM25Retriever(load_corpus(path))
-    [index_dir] = (tmp_path / "indexes").iterdir()
-    stamp = (index_dir / "params.index.json").stat().st_mtime_ns
-    second = BM25Retriever(load_corpus(path))
-    assert (index_dir / "params.index.json").stat().st_mtime_ns == stamp
-    assert second.describe()["index_sha256"] == first.describe()["index_sha256"]
-    assert [h.id for h in second.search(["gamma"], 1)[0]] == ["2"]
+    corpus = load_corpus(path)
+    first = default_index(corpus, "bm25")
+    stamp = (first / "manifest.json").stat().st_mtime_ns
+    second = default_index(corpus, "bm25")
+    assert second == first and (second / "manifest.json").stat().st_mtime_ns == stamp
+    assert [h.id for h in open_index(second).search(["gamma"], 1)[0]] == ["2"]
 
 
 def test_empty_and_unknown_queries_still_return_k_passages(bm25):

@@ -1,0 +1,31 @@
+"""What `--retriever` names: an index kind over `--corpus`, an index directory, or a server URL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.corpus import load_corpus
+from harness.errors import CfbenchError
+from harness.paths import BUNDLED_CORPUS
+from harness.retrievers import Retriever
+from harness.retrievers.cache import CachedRetriever
+from harness.retrievers.index import KINDS, default_index, open_index
+
+
+def retriever_for(spec: str, corpus_path: Path | None = None) -> Retriever:
+    """The retriever, behind the result cache whenever its index hash is known."""
+    if spec.startswith(("http://", "https://")):
+        if corpus_path is not None:
+            raise CfbenchError("--corpus does not apply to a retrieval server; the server has its own corpus")
+        from harness.retrievers.http import HTTPRetriever
+
+        inner = HTTPRetriever(spec)
+    elif spec in KINDS:
+        corpus = load_corpus(corpus_path or BUNDLED_CORPUS)
+        inner = open_index(default_index(corpus, spec), corpus)
+    elif Path(spec).is_dir():
+        inner = open_index(Path(spec), load_corpus(corpus_path) if corpus_path else None)
+    else:
+        raise CfbenchError(f"--retriever {spec!r} is none of {', '.join(KINDS)}, an index directory, or an http(s) URL")
+    digest = inner.describe().get("index_sha256")
+    return CachedRetriever(inner, digest) if digest else inner
