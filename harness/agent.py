@@ -46,7 +46,7 @@ def run_batch(
         searching: list[tuple[Trajectory, dict]] = []
         for traj, text in zip(active, generated, strict=True):
             action, content = protocol.parse_action(text)
-            record = {"generated": text, "action": action, "query": content if action == "search" else None, "doc_ids": []}
+            record = {"generated": text, "action": action, "query": content if action == "search" else None, "doc_ids": [], "doc_scores": []}
             traj.turns.append(record)
             traj.context += text
             if action == "answer" or last_turn:
@@ -63,6 +63,7 @@ def run_batch(
             for (traj, record), hits in zip(searching, results, strict=True):
                 obs = backend.truncate(protocol.observation(hits), knobs.max_obs_tokens)
                 record["doc_ids"] = [h.id for h in hits]
+                record["doc_scores"] = [h.score for h in hits]
                 record["observation"] = obs
                 traj.context += obs
             on_searches(len(searching))

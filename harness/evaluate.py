@@ -19,7 +19,7 @@ from harness.retrievers import Retriever
 from harness.runrecord import RunDir
 from harness.suite import Suite
 
-PACKAGES = ("cfbench", "torch", "transformers", "tokenizers", "bm25s", "numpy", "gguf", "accelerate")
+PACKAGES = ("cfbench", "torch", "transformers", "tokenizers", "bm25s", "PyStemmer", "faiss-cpu", "numpy", "gguf", "accelerate", "httpx")
 
 
 def package_versions() -> dict[str, str | None]:

@@ -47,7 +47,7 @@ def test_bad_index_inputs_are_one_line_errors(tmp_path):
     ix = build_index(corpus, "bm25", tmp_path / "ix")
     with pytest.raises(CfbenchError, match="rebuild the index for this corpus"):
         open_index(ix, other)
-    with pytest.raises(CfbenchError, match="none of bm25, dense, lucene, an index directory, or an http"):
+    with pytest.raises(CfbenchError, match="none of bm25, dense, lucene, an index directory, an http"):
         retriever_for("elastic")
 
 

@@ -123,3 +123,20 @@ def test_a_server_that_fails_is_retried_then_reported(server):
     with pytest.raises(CfbenchError, match="failed 3 times \\(last: HTTP 503\\)"):
         client.search(["x"], 3)
     assert len(calls) == 3
+
+
+def test_a_run_record_replays_its_exact_observations(tmp_path, bm25, bundled_corpus):
+    from harness.retrievers.replay import ReplayRetriever
+
+    def policy(context):
+        if "<information>Doc" not in context:
+            return f"<search> {question_of(context)} </search>"
+        return "<answer> x </answer>"
+
+    suite = load_suite("mini")
+    evaluate(suite, ScriptedBackend(policy), bm25, Knobs(), tmp_path / "original")
+    replay = ReplayRetriever(tmp_path / "original", bundled_corpus)
+    evaluate(suite, ScriptedBackend(policy), replay, Knobs(), tmp_path / "replayed")
+    assert (tmp_path / "replayed" / "trajectories.jsonl").read_bytes() == (tmp_path / "original" / "trajectories.jsonl").read_bytes()
+    with pytest.raises(CfbenchError, match="was never made in"):
+        replay.search(["a query nobody made"], 3)

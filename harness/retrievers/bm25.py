@@ -16,13 +16,13 @@ from harness.retrievers.ranking import top_k
 PARAMS = {"k1": 0.9, "b": 0.4, "method": "lucene", "stopwords": "en", "stemmer": "english", "engine": f"bm25s {bm25s.__version__}"}
 
 
-def _stemmer():
+def stemmer():
     return Stemmer.Stemmer(PARAMS["stemmer"])
 
 
 def build_bm25(corpus: Corpus, directory: Path) -> None:
     bm25 = bm25s.BM25(k1=PARAMS["k1"], b=PARAMS["b"], method=PARAMS["method"])
-    tokens = bm25s.tokenize(list(corpus.contents), stopwords=PARAMS["stopwords"], stemmer=_stemmer(), show_progress=False)
+    tokens = bm25s.tokenize(list(corpus.contents), stopwords=PARAMS["stopwords"], stemmer=stemmer(), show_progress=False)
     bm25.index(tokens, show_progress=False)
     bm25.save(str(directory), show_progress=False)
 
@@ -31,7 +31,7 @@ class BM25Retriever:
     def __init__(self, corpus: Corpus, directory: Path, index_hash: str) -> None:
         self.corpus = corpus
         self.index_hash = index_hash
-        self._stemmer = _stemmer()
+        self._stemmer = stemmer()
         self._bm25 = bm25s.BM25.load(str(directory), show_progress=False)
         self._positions = np.arange(len(corpus.ids))
 

@@ -1,4 +1,4 @@
-"""What `--retriever` names: an index kind over `--corpus`, an index directory, or a server URL."""
+"""What `--retriever` names: an index kind over `--corpus`, an index directory, a server URL, or replay:RUN_DIR."""
 
 from __future__ import annotations
 
@@ -20,12 +20,16 @@ def retriever_for(spec: str, corpus_path: Path | None = None) -> Retriever:
         from harness.retrievers.http import HTTPRetriever
 
         inner = HTTPRetriever(spec)
+    elif spec.startswith("replay:"):
+        from harness.retrievers.replay import ReplayRetriever
+
+        return ReplayRetriever(Path(spec.removeprefix("replay:")), load_corpus(corpus_path or BUNDLED_CORPUS))
     elif spec in KINDS:
         corpus = load_corpus(corpus_path or BUNDLED_CORPUS)
         inner = open_index(default_index(corpus, spec), corpus)
     elif Path(spec).is_dir():
         inner = open_index(Path(spec), load_corpus(corpus_path) if corpus_path else None)
     else:
-        raise CfbenchError(f"--retriever {spec!r} is none of {', '.join(KINDS)}, an index directory, or an http(s) URL")
+        raise CfbenchError(f"--retriever {spec!r} is none of {', '.join(KINDS)}, an index directory, an http(s) URL, or replay:RUN_DIR")
     digest = inner.describe().get("index_sha256")
     return CachedRetriever(inner, digest) if digest else inner

@@ -1,0 +1,115 @@
+"""Retrieval speed and quality on the bundled corpus, side by side in one run.
+
+    pip install -e ".[bench]" && python benchmarks/retrieval.py
+
+1. BM25 index build time and queries/s: bm25s (cfbench's engine) vs rank_bm25 (the common
+   pure-Python choice), same tokens, same k1/b, with the ratio.
+2. recall@3 of BM25 and dense (all-MiniLM-L6-v2, shipped embeddings) on fixed1325 questions
+   whose gold passages are in the corpus.
+3. Round-trip overhead of the HTTP server (loopback) vs the in-process retriever.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import bm25s
+import numpy as np
+from rank_bm25 import BM25Okapi
+
+from harness.corpus import load_corpus
+from harness.paths import TASKS_DIR
+from harness.retrievers.bm25 import PARAMS, stemmer
+from harness.retrievers.http import HTTPRetriever
+from harness.retrievers.index import build_index, default_index, open_index
+from harness.retrievers.ranking import top_k
+
+
+def timed(fn):
+    start = time.perf_counter()
+    value = fn()
+    return value, time.perf_counter() - start
+
+
+def evidence_rows() -> list[dict]:
+    rows = [json.loads(line) for line in (TASKS_DIR / "suites" / "fixed1325.jsonl").read_text().splitlines()]
+    return [r for r in rows if r["evidence_ids"]]
+
+
+def recall_at_3(retriever, rows: list[dict]) -> dict[str, float]:
+    results = retriever.search([r["question"] for r in rows], 3)
+    by_bench: dict[str, list[bool]] = {}
+    for row, hits in zip(rows, results):
+        by_bench.setdefault(row["benchmark"], []).append(bool(set(row["evidence_ids"]) & {h.id for h in hits}))
+    return {b: sum(v) / len(v) for b, v in by_bench.items()}
+
+
+def main() -> None:
+    corpus = load_corpus()
+    rows = evidence_rows()
+    queries = [r["question"] for r in rows]
+    print(f"bundled corpus: {len(corpus.ids)} passages; {len(queries)} evidence questions from fixed1325\n")
+
+    # 1. bm25s vs rank_bm25 on identical tokens
+    stem = stemmer()
+    tokenize = lambda texts: bm25s.tokenize(texts, stopwords=PARAMS["stopwords"], stemmer=stem, show_progress=False, return_ids=False)
+    doc_tokens, query_tokens = tokenize(list(corpus.contents)), tokenize(queries)
+    with tempfile.TemporaryDirectory() as tmp:
+        _, bm25s_build = timed(lambda: build_index(corpus, "bm25", Path(tmp) / "ix"))
+        ours = open_index(Path(tmp) / "ix", corpus)
+        _, bm25s_query = timed(lambda: ours.search(queries, 3))
+    rank, rank_build = timed(lambda: BM25Okapi(doc_tokens, k1=PARAMS["k1"], b=PARAMS["b"]))
+    positions = np.arange(len(corpus.ids))
+    _, rank_query = timed(lambda: [top_k(rank.get_scores(q), positions, 3) for q in query_tokens])
+    print(f"{'BM25 engine':<14}{'build s':>10}{'queries/s':>12}")
+    print(f"{'bm25s':<14}{bm25s_build:>10.2f}{len(queries) / bm25s_query:>12.1f}")
+    print(f"{'rank_bm25':<14}{rank_build:>10.2f}{len(queries) / rank_query:>12.1f}")
+    print(f"bm25s vs rank_bm25: build {rank_build / bm25s_build:.1f}x faster, queries {rank_query / bm25s_query:.1f}x faster "
+          "(bm25s build includes tokenising and saving)\n")
+
+    # 2. recall@3
+    bm25 = open_index(default_index(corpus, "bm25"), corpus)
+    dense = open_index(default_index(corpus, "dense"), corpus)
+    sparse_recall, dense_recall = recall_at_3(bm25, rows), recall_at_3(dense, rows)
+    print(f"{'recall@3':<18}{'n':>5}{'bm25':>8}{'dense':>8}")
+    for bench in sparse_recall:
+        n = sum(r["benchmark"] == bench for r in rows)
+        print(f"{bench:<18}{n:>5}{sparse_recall[bench]:>8.3f}{dense_recall[bench]:>8.3f}")
+    print()
+
+    # 3. server round trip vs in-process
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    index = default_index(corpus, "bm25")
+    server = subprocess.Popen([sys.executable, "-m", "harness.cli", "retriever", "serve", "--index", str(index), "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+    try:
+        for _ in range(600):
+            try:
+                client = HTTPRetriever(f"http://127.0.0.1:{port}", timeout=5)
+                break
+            except Exception:
+                time.sleep(0.1)
+        batch = queries[:64]
+        local = min(timed(lambda: bm25.search(batch, 3))[1] for _ in range(5))
+        remote = min(timed(lambda: client.search(batch, 3))[1] for _ in range(5))
+        single_local = min(timed(lambda: bm25.search(batch[:1], 3))[1] for _ in range(20))
+        single_remote = min(timed(lambda: client.search(batch[:1], 3))[1] for _ in range(20))
+    finally:
+        server.terminate()
+        server.wait()
+    print(f"{'retrieval of':<16}{'in-process ms':>15}{'server ms':>12}{'ratio':>8}")
+    print(f"{'64 queries':<16}{local * 1e3:>15.1f}{remote * 1e3:>12.1f}{remote / local:>8.2f}")
+    print(f"{'1 query':<16}{single_local * 1e3:>15.2f}{single_remote * 1e3:>12.2f}{single_remote / single_local:>8.2f}")
+
+
+if __name__ == "__main__":
+    main()
