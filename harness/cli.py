@@ -28,7 +28,7 @@ def main() -> None:
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Run directory (trajectories, results).")
 @click.option("--resume", is_flag=True, help="Continue the run in --out without redoing finished questions.")
 @click.option("--retriever", "retriever_spec", default="bm25", show_default=True,
-              help="bm25, dense or lucene over --corpus, an index directory, or a Search-R1-style server URL.")
+              help="bm25, dense or lucene over --corpus, an index directory, a Search-R1-style server URL, or replay:RUN_DIR.")
 @click.option("--corpus", type=click.Path(path_type=Path), default=None, help="Passages as jsonl(.gz) [default: bundled corpus].")
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True, help="Trajectories stepped together.")
 @click.option("--topk", type=int, default=DEFAULTS.topk, show_default=True)

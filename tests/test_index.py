@@ -24,7 +24,7 @@ def write(path, rows):
 
 
 def test_manifest_records_what_was_built(tmp_path):
-    corpus = load_corpus(write(tmp_path / "c.jsonl", [{"id": "a", "title": "T", "text": "x y"}, {"id": "b", "contents": '"U"\nz'}]))
+    corpus = load_corpus(write(tmp_path / "c.jsonl", [{"id": "a", "title": "Tee", "text": "alpha beta"}, {"id": "b", "contents": '"Uu"\ngamma'}]))
     manifest = read_manifest(build_index(corpus, "bm25", tmp_path / "ix"))
     assert manifest["kind"] == "bm25" and manifest["corpus"]["sha256"] == corpus.sha256 and manifest["corpus"]["n"] == 2
     assert manifest["params"]["k1"] == 0.9 and manifest["build_seconds"] >= 0
@@ -33,7 +33,9 @@ def test_manifest_records_what_was_built(tmp_path):
 
 
 def test_bad_index_inputs_are_one_line_errors(tmp_path):
-    corpus = load_corpus(write(tmp_path / "c.jsonl", [{"id": "a", "contents": "x"}]))
+    with pytest.raises(CfbenchError, match="no indexable words"):
+        build_index(load_corpus(write(tmp_path / "e.jsonl", [{"id": "a", "contents": "x y"}])), "bm25", tmp_path / "ie")
+    corpus = load_corpus(write(tmp_path / "c.jsonl", [{"id": "a", "contents": "alpha beta"}]))
     with pytest.raises(CfbenchError, match="unknown index kind 'splade'; choose one of bm25, dense, lucene"):
         build_index(corpus, "splade", tmp_path / "ix")
     (tmp_path / "full").mkdir()
@@ -43,7 +45,7 @@ def test_bad_index_inputs_are_one_line_errors(tmp_path):
     assert (tmp_path / "full" / "x").read_text() == "keep me"
     with pytest.raises(CfbenchError, match="is not an index directory"):
         open_index(tmp_path)
-    other = load_corpus(write(tmp_path / "d.jsonl", [{"id": "a", "contents": "y"}]))
+    other = load_corpus(write(tmp_path / "d.jsonl", [{"id": "a", "contents": "gamma delta"}]))
     ix = build_index(corpus, "bm25", tmp_path / "ix")
     with pytest.raises(CfbenchError, match="rebuild the index for this corpus"):
         open_index(ix, other)
@@ -86,3 +88,31 @@ def test_result_cache_answers_reruns(tmp_path, monkeypatch, bm25):
     assert again.search(["capital of peru", "who wrote hamlet"], 3) == [first[1], first[0]]
     assert (again.hits, again.misses) == (2, 0)
     assert again.search(["capital of peru"], 2) == [first[1][:2]] and again.misses == 1  # k is part of the key
+
+
+def test_index_build_cli(tmp_path):
+    from click.testing import CliRunner
+
+    from harness.cli import main
+
+    corpus = write(tmp_path / "c.jsonl", [{"id": "a", "title": "Alpha", "text": "first letter"}, {"id": "b", "contents": '"Beta"\nsecond letter'}])
+    ok = CliRunner().invoke(main, ["index", "build", "--corpus", str(corpus), "--kind", "bm25", "--out", str(tmp_path / "ix")])
+    assert ok.exit_code == 0, ok.stderr
+    assert [h.id for h in open_index(tmp_path / "ix").search(["second"], 1)[0]] == ["b"]
+    bad = CliRunner().invoke(main, ["index", "build", "--corpus", str(corpus), "--kind", "tfidf", "--out", str(tmp_path / "iy")])
+    assert bad.exit_code == 2 and bad.stderr.strip() == "error: unknown index kind 'tfidf'; choose one of bm25, dense, lucene"
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(corpus.read_text() + '{"id": "c", "contents": \n')
+    bad = CliRunner().invoke(main, ["index", "build", "--corpus", str(broken), "--kind", "bm25", "--out", str(tmp_path / "iz")])
+    assert bad.exit_code == 2 and f"{broken}:3: not valid JSON" in bad.stderr
+    assert not (tmp_path / "iy").exists() and not (tmp_path / "iz").exists()
+
+
+def test_hnsw_finds_what_flat_search_finds(tmp_path, monkeypatch, bundled_corpus):
+    rows = [{"id": pid, "contents": text} for pid, text in list(zip(bundled_corpus.ids, bundled_corpus.contents))[:300]]
+    corpus = load_corpus(write(tmp_path / "c.jsonl", rows))
+    flat = open_index(build_index(corpus, "dense", tmp_path / "flat"))
+    hnsw = open_index(build_index(corpus, "dense", tmp_path / "hnsw", hnsw_m=16))
+    queries = [text.split("\n", 1)[1][:80] for text in corpus.contents[:20]]
+    assert [h[0].id for h in hnsw.search(queries, 1)] == [h[0].id for h in flat.search(queries, 1)]
+    assert hnsw.describe()["engine"] == "faiss HNSW"

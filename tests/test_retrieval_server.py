@@ -140,3 +140,15 @@ def test_a_run_record_replays_its_exact_observations(tmp_path, bm25, bundled_cor
     assert (tmp_path / "replayed" / "trajectories.jsonl").read_bytes() == (tmp_path / "original" / "trajectories.jsonl").read_bytes()
     with pytest.raises(CfbenchError, match="was never made in"):
         replay.search(["a query nobody made"], 3)
+
+
+def test_an_empty_query_is_answered_not_refused(server, bm25):
+    answer = requests.post(server + "/retrieve", json={"queries": [""], "topk": 3, "return_scores": True}).json()
+    assert [d["document"]["id"] for d in answer["result"][0]] == [h.id for h in bm25.search([""], 3)[0]]
+
+
+def test_a_server_answering_nothing_is_an_error_not_an_empty_result(server):
+    client = HTTPRetriever(server)
+    client._client = httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(200, json={"result": [[]]})))
+    with pytest.raises(CfbenchError, match="unexpected form \\(no passages for query 0\\)"):
+        client.search(["x"], 3)

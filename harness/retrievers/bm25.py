@@ -23,6 +23,8 @@ def stemmer():
 def build_bm25(corpus: Corpus, directory: Path) -> None:
     bm25 = bm25s.BM25(k1=PARAMS["k1"], b=PARAMS["b"], method=PARAMS["method"])
     tokens = bm25s.tokenize(list(corpus.contents), stopwords=PARAMS["stopwords"], stemmer=stemmer(), show_progress=False)
+    if not tokens.vocab:
+        raise CfbenchError(f"{corpus.path}: no indexable words in any passage (words need two or more letters)")
     bm25.index(tokens, show_progress=False)
     bm25.save(str(directory), show_progress=False)
 
