@@ -70,15 +70,17 @@ class Encoder:
     def encode(self, texts: list[str], *, query: bool) -> np.ndarray:
         prefix = self.spec.query_prefix if query else self.spec.passage_prefix
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths batch with little padding
         torch = self._torch
         with torch.inference_mode():
-            for start in range(0, len(texts), self.batch_size):
-                chunk = [prefix + t for t in texts[start : start + self.batch_size]]
-                batch = self.tokenizer(chunk, padding=True, truncation=True, max_length=self.spec.max_length, return_tensors="pt")
+            for start in range(0, len(order), self.batch_size):
+                rows = order[start : start + self.batch_size]
+                batch = self.tokenizer([prefix + texts[i] for i in rows], padding=True, truncation=True,
+                                       max_length=self.spec.max_length, return_tensors="pt")
                 hidden = self.model(**batch).last_hidden_state
                 mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-                out[start : start + len(chunk)] = torch.nn.functional.normalize(pooled, dim=-1).numpy()
+                out[rows] = torch.nn.functional.normalize(pooled, dim=-1).numpy()
         return out
 
     def describe(self) -> dict:
