@@ -14,6 +14,7 @@ from harness import metrics, protocol
 from harness.agent import run_batch
 from harness.backends import Backend
 from harness.errors import CfbenchError
+from harness.paths import portable
 from harness.protocol import Knobs
 from harness.retrievers import Retriever
 from harness.runrecord import RunDir
@@ -60,7 +61,7 @@ def trajectory_row(traj) -> dict:
 def run_config(suite: Suite, backend: Backend, retriever: Retriever, knobs: Knobs, batch_size: int, seed: int) -> dict:
     """Everything that decides the outputs; a resumed run must match it exactly."""
     return {
-        "suite": {"name": suite.name, "path": str(suite.path), "sha256": suite.sha256, "n": len(suite.questions)},
+        "suite": {"name": suite.name, "path": portable(suite.path), "sha256": suite.sha256, "n": len(suite.questions)},
         "protocol": {"version": protocol.PROTOCOL_VERSION, "knobs": knobs.as_dict()},
         "metric_version": metrics.METRIC_VERSION,
         "model": backend.describe(),

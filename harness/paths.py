@@ -18,3 +18,15 @@ def cache_dir(*parts: str) -> Path:
     path = root.joinpath(*parts)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def portable(path: Path) -> str:
+    """A path as records keep it: shipped data as `tasks/...` (valid wherever cfbench is installed)."""
+    resolved = Path(path).resolve()
+    if resolved.is_relative_to(TASKS_DIR):
+        return "tasks/" + resolved.relative_to(TASKS_DIR).as_posix()
+    return str(resolved)
+
+
+def from_portable(recorded: str) -> Path:
+    return TASKS_DIR / recorded.removeprefix("tasks/") if recorded.startswith("tasks/") else Path(recorded)

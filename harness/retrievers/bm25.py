@@ -10,6 +10,7 @@ import Stemmer
 
 from harness.corpus import Corpus
 from harness.errors import CfbenchError
+from harness.paths import portable
 from harness.retrievers import Hit
 from harness.retrievers.ranking import top_k
 
@@ -57,7 +58,7 @@ class BM25Retriever:
         return {
             "kind": "bm25",
             "params": PARAMS,
-            "corpus": str(self.corpus.path),
+            "corpus": portable(self.corpus.path),
             "corpus_sha256": self.corpus.sha256,
             "index_sha256": self.index_hash,
         }

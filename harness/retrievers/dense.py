@@ -6,6 +6,7 @@ import numpy as np
 
 from harness.corpus import Corpus
 from harness.errors import CfbenchError
+from harness.paths import portable
 from harness.retrievers import Hit
 from harness.retrievers.encoders import Encoder
 from harness.retrievers.ranking import top_k
@@ -50,7 +51,7 @@ class DenseRetriever:
             "engine": "faiss " + ("HNSW" if self.hnsw_m else "flat inner product"),
             "encoder": self.encoder.describe(),
             "hnsw_m": self.hnsw_m,
-            "corpus": str(self.corpus.path),
+            "corpus": portable(self.corpus.path),
             "corpus_sha256": self.corpus.sha256,
             "index_sha256": self.index_hash,
         }

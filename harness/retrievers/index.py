@@ -23,11 +23,10 @@ import numpy as np
 from harness.corpus import Corpus, load_corpus
 from harness.errors import CfbenchError
 from harness.jsonl import sha256
-from harness.paths import BUNDLED_CORPUS, TASKS_DIR, cache_dir
+from harness.paths import TASKS_DIR, cache_dir, from_portable, portable
 
 FORMAT = "cfbench-index-v1"
 KINDS = ("bm25", "dense", "lucene")
-BUNDLED = "bundled"  # the corpus path recorded for the bundled corpus, wherever the package lives
 SHIPPED = {("dense", "minilm"): TASKS_DIR / "indexes" / "bundled-minilm"}
 
 
@@ -76,7 +75,7 @@ def build_index(corpus: Corpus, kind: str, out: Path, *, encoder: str = "minilm"
         manifest = {
             "format": FORMAT,
             "kind": kind,
-            "corpus": {"path": _portable(corpus.path), "sha256": corpus.sha256, "n": len(corpus.ids)},
+            "corpus": {"path": portable(corpus.path), "sha256": corpus.sha256, "n": len(corpus.ids)},
             "params": params,
             "index_sha256": index_hash(kind, corpus.sha256, params),
             "build_seconds": round(time.perf_counter() - started, 3),
@@ -88,10 +87,6 @@ def build_index(corpus: Corpus, kind: str, out: Path, *, encoder: str = "minilm"
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
-
-
-def _portable(path: Path) -> str:
-    return BUNDLED if path.resolve() == BUNDLED_CORPUS.resolve() else str(path.resolve())
 
 
 def read_manifest(directory: Path) -> dict:
@@ -110,8 +105,7 @@ def open_index(directory: Path, corpus: Corpus | None = None):
     """The retriever for an index directory; its corpus is loaded from the manifest unless given."""
     manifest = read_manifest(directory)
     if corpus is None:
-        recorded = manifest["corpus"]["path"]
-        corpus = load_corpus(BUNDLED_CORPUS if recorded == BUNDLED else Path(recorded))
+        corpus = load_corpus(from_portable(manifest["corpus"]["path"]))
     if corpus.sha256 != manifest["corpus"]["sha256"]:
         raise CfbenchError(
             f"{directory}: built from corpus {manifest['corpus']['sha256'][:16]}, but {corpus.path} is {corpus.sha256[:16]}; "

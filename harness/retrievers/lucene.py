@@ -14,6 +14,7 @@ import numpy as np
 
 from harness.corpus import Corpus
 from harness.errors import CfbenchError
+from harness.paths import portable
 from harness.retrievers import Hit
 from harness.retrievers.ranking import top_k
 
@@ -78,5 +79,5 @@ class LuceneRetriever:
         return results
 
     def describe(self) -> dict:
-        return {"kind": "lucene", "params": PARAMS, "corpus": str(self.corpus.path), "corpus_sha256": self.corpus.sha256,
+        return {"kind": "lucene", "params": PARAMS, "corpus": portable(self.corpus.path), "corpus_sha256": self.corpus.sha256,
                 "index_sha256": self.index_hash}
