@@ -58,9 +58,10 @@ def test_lucene_names_its_java_21_requirement():
         require_java21()
 
 
-# Gold passage in the top 3 for fixed1325 questions with evidence, all-MiniLM-L6-v2 over the
-# bundled corpus, measured 2026-12-02 (see benchmarks/retrieval.py); floors a few points below.
-@pytest.mark.parametrize("benchmark,floor", [("nq", 0.0), ("hotpotqa", 0.0), ("2wikimultihopqa", 0.0)])
+# Gold passage in the top 3 for fixed1325 questions with evidence, all-MiniLM-L6-v2 (shipped
+# embeddings) over the bundled corpus, measured 2026-12-02: nq .945, popqa .957, hotpotqa .915,
+# 2wiki .925, musique .860 (benchmarks/retrieval.py prints them). Floors sit a few points below.
+@pytest.mark.parametrize("benchmark,floor", [("nq", 0.92), ("popqa", 0.92), ("hotpotqa", 0.89), ("2wikimultihopqa", 0.90), ("musique", 0.82)])
 def test_dense_ranks_gold_passages_in_the_top_3(dense, benchmark, floor):
     rows = [json.loads(line) for line in (TASKS_DIR / "suites" / "fixed1325.jsonl").read_text().splitlines()]
     rows = [r for r in rows if r["benchmark"] == benchmark and r["evidence_ids"]]

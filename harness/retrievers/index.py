@@ -82,6 +82,7 @@ def build_index(corpus: Corpus, kind: str, out: Path, *, encoder: str = "minilm"
             "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
