@@ -15,10 +15,13 @@ def results_table(results: dict) -> Table:
     for metric in METRICS:
         table.add_column(metric, justify="right")
     scores = results["scores"]
-    for name, row in scores.items():
-        if name in GROUPS and name == next(g for g in GROUPS if g in scores):
-            table.add_section()
-        cells = [f"{100 * row[m]:.1f}" for m in METRICS]
-        label = f"[bold]{name}[/bold]" if name in GROUPS else name
-        table.add_row(label, str(row["n"]), *cells)
+
+    def add(name: str, label: str) -> None:
+        table.add_row(label, str(scores[name]["n"]), *(f"{100 * scores[name][m]:.1f}" for m in METRICS))
+
+    for name in [n for n in scores if n not in GROUPS]:
+        add(name, name)
+    table.add_section()
+    for name in [n for n in scores if n in GROUPS]:
+        add(name, f"[bold]{name}[/bold]")
     return table

@@ -79,6 +79,8 @@ def test_killed_cli_run_resumes_to_the_uninterrupted_result(tmp_path, small_suit
     reference = tmp_path / "reference"
     done = cli("--suite", str(small_suite), "--out", str(reference), *CLI_KNOBS)
     assert done.wait(timeout=600) == 0, done.stderr.read()
+    table = done.stdout.read()
+    assert "smollm2-135m on small" in table and "cover_em" in table and "bamboogle" in table
     out = tmp_path / "killed"
     proc = cli("--suite", str(small_suite), "--out", str(out), *CLI_KNOBS)
     record = out / "trajectories.jsonl"
