@@ -60,19 +60,21 @@ def main() -> None:
     # 1. bm25s vs rank_bm25 on identical tokens
     stem = stemmer()
     tokenize = lambda texts: bm25s.tokenize(texts, stopwords=PARAMS["stopwords"], stemmer=stem, show_progress=False, return_ids=False)
-    doc_tokens, query_tokens = tokenize(list(corpus.contents)), tokenize(queries)
+    doc_tokens = tokenize(list(corpus.contents))
+    _, bm25s_build = timed(lambda: bm25s.BM25(k1=PARAMS["k1"], b=PARAMS["b"], method=PARAMS["method"]).index(doc_tokens, show_progress=False))
     with tempfile.TemporaryDirectory() as tmp:
-        _, bm25s_build = timed(lambda: build_index(corpus, "bm25", Path(tmp) / "ix"))
-        ours = open_index(Path(tmp) / "ix", corpus)
-        _, bm25s_query = timed(lambda: ours.search(queries, 3))
+        _, full_build = timed(lambda: build_index(corpus, "bm25", Path(tmp) / "ix"))
+        index = open_index(Path(tmp) / "ix", corpus)
+        _, bm25s_query = timed(lambda: index.search(queries, 3))
     rank, rank_build = timed(lambda: BM25Okapi(doc_tokens, k1=PARAMS["k1"], b=PARAMS["b"]))
     positions = np.arange(len(corpus.ids))
-    _, rank_query = timed(lambda: [top_k(rank.get_scores(q), positions, 3) for q in query_tokens])
+    _, rank_query = timed(lambda: [top_k(rank.get_scores(q), positions, 3) for q in tokenize(queries)])
+    print("index from the same tokens; queries include tokenising and exact top-3")
     print(f"{'BM25 engine':<14}{'build s':>10}{'queries/s':>12}")
     print(f"{'bm25s':<14}{bm25s_build:>10.2f}{len(queries) / bm25s_query:>12.1f}")
     print(f"{'rank_bm25':<14}{rank_build:>10.2f}{len(queries) / rank_query:>12.1f}")
-    print(f"bm25s vs rank_bm25: build {rank_build / bm25s_build:.1f}x faster, queries {rank_query / bm25s_query:.1f}x faster "
-          "(bm25s build includes tokenising and saving)\n")
+    print(f"bm25s vs rank_bm25: build {rank_build / bm25s_build:.2f}x, queries {rank_query / bm25s_query:.1f}x faster; "
+          f"cfbench's whole `index build` (tokenise, index, save) took {full_build:.2f} s\n")
 
     # 2. recall@3
     bm25 = open_index(default_index(corpus, "bm25"), corpus)
