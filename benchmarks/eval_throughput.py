@@ -15,9 +15,8 @@ import time
 from harness.agent import run_batch
 from harness.backends.hf import HFBackend
 from harness.checkpoints import resolve
-from harness.corpus import load_corpus
 from harness.protocol import Knobs
-from harness.retrievers.bm25 import BM25Retriever
+from harness.retrievers.choose import retriever_for
 from harness.suite import load_suite
 
 
@@ -30,7 +29,7 @@ def main() -> None:
     args = parser.parse_args()
 
     backend = HFBackend(resolve(args.ckpt))
-    retriever = BM25Retriever(load_corpus())
+    retriever = retriever_for("bm25")  # cached results: both arms see identical passages
     suite = load_suite(args.suite)
     step = max(1, len(suite.questions) // args.questions)
     questions = list(suite.questions)[::step][: args.questions]  # spread over the benchmarks
