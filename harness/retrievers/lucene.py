@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -35,10 +36,8 @@ def require_java21() -> None:
 
 def _require_pyserini() -> None:
     require_java21()
-    try:
-        import pyserini  # noqa: F401
-    except ImportError:
-        raise CfbenchError("the lucene index needs pyserini: pip install 'cfbench[lucene]'") from None
+    if importlib.util.find_spec("pyserini") is None:
+        raise CfbenchError("the lucene index needs pyserini: pip install 'cfbench[lucene]'")
 
 
 def build_lucene(corpus: Corpus, directory: Path) -> None:
