@@ -32,7 +32,10 @@ class HTTPRetriever:
             answer = self._client.get(self.base + "/health")
         except httpx.HTTPError as err:
             raise CfbenchError(f"retrieval server {self.base} is not answering ({type(err).__name__}); start it with `cfbench retriever serve` or fix --retriever") from None
-        return answer.json() if answer.status_code == 200 else {}
+        try:
+            return answer.json() if answer.status_code == 200 else {}
+        except ValueError:  # a /health that is not JSON tells us nothing
+            return {}
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
         if k <= 0:
