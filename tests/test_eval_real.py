@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.agent import run_batch
 from harness.backends.hf import HFBackend
 from harness.checkpoints import resolve
 from harness.evaluate import evaluate
@@ -97,3 +98,31 @@ def test_killed_cli_run_resumes_to_the_uninterrupted_result(tmp_path, small_suit
     assert record.read_bytes() == (reference / "trajectories.jsonl").read_bytes()
     ref_scores = json.loads((reference / "results.json").read_text())["scores"]
     assert json.loads((out / "results.json").read_text())["scores"] == ref_scores
+
+
+def test_kv_reuse_across_turns_changes_nothing(smollm2, bm25, small_suite, monkeypatch):
+    questions = list(load_suite(str(small_suite)).questions)[:3]
+    knobs = Knobs(max_new_tokens=16, max_searches=2)
+    prefilled = []  # tokens of every multi-token (prefill) forward pass
+    forward = smollm2.model.forward
+
+    def counting(*args, **kwargs):
+        if kwargs["input_ids"].shape[1] > 1:
+            prefilled.append(kwargs["input_ids"].shape[1])
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(smollm2.model, "forward", counting)
+    with_reuse = run_batch(questions, smollm2, bm25, knobs)
+    reuse_tokens, prefilled[:] = sum(prefilled), []
+
+    class Fresh:  # the same backend, forgetting every previous context before each call
+        def __getattr__(self, name):
+            return getattr(smollm2, name)
+
+        def generate(self, *args):
+            smollm2._reusable = []
+            return smollm2.generate(*args)
+
+    without = run_batch(questions, Fresh(), bm25, knobs)
+    assert [t.turns for t in with_reuse] == [t.turns for t in without]
+    assert reuse_tokens < 0.7 * sum(prefilled)  # later turns prefilled only what was new
