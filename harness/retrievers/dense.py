@@ -9,10 +9,7 @@ from harness.errors import CfbenchError
 from harness.paths import portable
 from harness.retrievers import Hit
 from harness.retrievers.encoders import Encoder
-from harness.retrievers.ranking import top_k
-
-# Extra candidates fetched from faiss so that exact ties at the k-th score are broken by corpus order.
-TIE_MARGIN = 8
+from harness.retrievers.ranking import TIE_MARGIN, top_k
 
 
 class DenseRetriever:

@@ -17,10 +17,9 @@ from harness.corpus import Corpus
 from harness.errors import CfbenchError
 from harness.paths import portable
 from harness.retrievers import Hit
-from harness.retrievers.ranking import top_k
+from harness.retrievers.ranking import TIE_MARGIN, top_k
 
 PARAMS = {"k1": 0.9, "b": 0.4, "engine": "pyserini"}
-TIE_MARGIN = 8
 
 
 def require_java21() -> None:

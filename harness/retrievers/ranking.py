@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+# Extra candidates an approximate or external engine is asked for, so that exact ties at the k-th
+# score can still be broken by corpus order.
+TIE_MARGIN = 8
+
 
 def top_k(scores: np.ndarray, indices: np.ndarray, k: int) -> list[tuple[int, float]]:
     """The k best (corpus index, score) pairs ordered by (-score, index)."""
