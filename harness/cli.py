@@ -139,5 +139,10 @@ class _errors:
         return False
 
 
+from harness.leaderboard.cli import compare_cmd, leaderboard  # at the end: it uses _errors and console from here
+
+main.add_command(leaderboard)
+main.add_command(compare_cmd)
+
 if __name__ == "__main__":
     main()
