@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -19,6 +20,7 @@ from leaderboard_runs import RETRIEVER, write_run
 ACCURACY = {"nq": .45, "triviaqa": .6, "popqa": .35, "hotpotqa": .3, "2wikimultihopqa": .3, "musique": .1, "bamboogle": .2}
 WORSE = {b: v / 2 for b, v in ACCURACY.items()}
 OUTPUTS = ("README.md", "results.csv", "results.json", "results.tex", "index.html")
+REPO = Path(__file__).resolve().parents[1]
 
 
 def cli(*args):
@@ -198,3 +200,13 @@ def test_reported_rows_stand_apart_and_an_empty_leaderboard_builds(tmp_path):
     assert "## Reported, not reproduced" in readme and "| CrossFit | 48.8 | 51.2 |" in readme
     other = build(tmp_path / "mini")
     assert other["reported"] is None
+
+
+def test_committed_leaderboard_is_what_its_runs_build(tmp_path):
+    committed = REPO / "leaderboards" / "fixed1325"
+    copy = tmp_path / "fixed1325"
+    if (committed / "runs").is_dir():
+        shutil.copytree(committed / "runs", copy / "runs")
+    build(copy)
+    for name in OUTPUTS:
+        assert (copy / name).read_bytes() == (committed / name).read_bytes(), f"{name}: rerun cfbench leaderboard build"
