@@ -11,11 +11,15 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from harness.cli import main
+from harness.evaluate import evaluate
 from harness.leaderboard import stats
 from harness.leaderboard.build import build
 from harness.leaderboard.store import load_run
 from harness.metrics import BENCHMARKS, GROUPS, METRICS
+from harness.protocol import Knobs
+from harness.suite import load_suite
 from leaderboard_runs import RETRIEVER, write_run
+from scripted import ScriptedBackend, question_of
 
 ACCURACY = {"nq": .45, "triviaqa": .6, "popqa": .35, "hotpotqa": .3, "2wikimultihopqa": .3, "musique": .1, "bamboogle": .2}
 WORSE = {b: v / 2 for b, v in ACCURACY.items()}
@@ -77,6 +81,20 @@ def test_add_is_content_addressed_and_builds_are_byte_identical(tmp_path):
     assert float(rows[1]["avg7.cover_em"]) == table["runs"][1]["scores"]["avg7"]["cover_em"]["value"]
     assert float(rows[1]["avg7.cover_em.vs_best.p"]) == table["runs"][1]["vs_best"]["avg7"]["p"]
     assert "\\textbf{" in first["results.tex"].decode() and "\\begin{tabular}" in first["results.tex"].decode()
+
+
+def test_a_record_written_by_eval_is_stored_and_ranked(tmp_path, bm25):
+    """The leaderboard reads what `cfbench eval` writes (a scripted policy stands in for the model)."""
+    policy = ScriptedBackend(lambda context: f"<answer> {question_of(context).split()[0]} </answer>")
+    results = evaluate(load_suite("mini"), policy, bm25, Knobs(), tmp_path / "run", batch_size=16)
+    root = tmp_path / "lb"
+    add(root, tmp_path / "run", "--name", "scripted")
+    entry = root / "mini" / "runs" / load_run(tmp_path / "run").id
+    assert json.loads((entry / "results.json").read_text()) == results
+    (table,) = build(root / "mini")["tables"]
+    assert table["runs"][0]["name"] == "scripted" and table["runs"][0]["scores"]["avg7"]["em"]["value"] == round(results["scores"]["avg7"]["em"], 4)
+    assert table["comparable_on"]["retriever"]["index_sha256"] == results["retriever"]["index_sha256"]
+    assert "corpus" not in table["comparable_on"]["retriever"]  # a path: where the corpus was, not what it holds
 
 
 def test_guard_sets_apart_what_differs_and_keeps_engine_settings_together(tmp_path):
