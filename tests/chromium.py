@@ -31,6 +31,7 @@ class Chromium:
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.socket = None
         self.calls = 0
+        self.events: list[dict] = []
         try:
             browser_url = self._listening_url(deadline=time.monotonic() + 60)
             port = browser_url.split("/")[2].split(":")[1]
@@ -64,14 +65,16 @@ class Chromium:
                 if "error" in message:
                     raise AssertionError(f"{method}: {message['error']}")
                 return message["result"]
+            self.events.append(message)  # an event that came before the answer: wait_for may need it
 
     def wait_for(self, event: str) -> dict:
         while True:
-            message = json.loads(self.socket.recv())
+            message = self.events.pop(0) if self.events else json.loads(self.socket.recv())
             if message.get("method") == event:
                 return message["params"]
 
     def open(self, path: Path) -> None:
+        self.events.clear()
         self.call("Page.navigate", url=path.resolve().as_uri())
         self.wait_for("Page.loadEventFired")
 
