@@ -69,9 +69,9 @@ def parse_action(generated: str) -> tuple[str, str]:
     return match.group(1), match.group(2).strip()
 
 
-def cut_at_stop(text: str) -> str:
+def cut_at_stop(text: str, stop: tuple[str, ...] = STOP) -> str:
     """The text up to and including the first stop string (engines may run a few characters past it)."""
-    ends = [text.find(s) + len(s) for s in STOP if s in text]
+    ends = [text.find(s) + len(s) for s in stop if s in text]
     return text[: min(ends)] if ends else text
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from harness.agent import run_batch
-from harness.backends.hf import HFBackend
 from harness.checkpoints import resolve
 from harness.evaluate import evaluate
 from harness.paths import TASKS_DIR
@@ -23,11 +22,6 @@ from harness.suite import load_suite
 
 KNOBS = Knobs(max_new_tokens=12, max_searches=1)
 CLI_KNOBS = ["--max-new-tokens", "6", "--max-searches", "1", "--batch-size", "2"]
-
-
-@pytest.fixture(scope="module")
-def smollm2() -> HFBackend:
-    return HFBackend(resolve("smollm2-135m"))
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +38,10 @@ def test_greedy_decoder_matches_transformers_generate(smollm2):
     prompts = [smollm2.chat_prompt("What is the capital of France?"), smollm2.chat_prompt("Name a prime number.")]
     ours = smollm2.generate(prompts, 24, 4096, STOP)
     for prompt, text in zip(prompts, ours):
-        enc = smollm2.tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
-        out = smollm2.model.generate(**enc, max_new_tokens=24, do_sample=False, pad_token_id=smollm2.pad_id)
-        assert text == smollm2.tokenizer.decode(out[0, enc.input_ids.shape[1]:], skip_special_tokens=True)
+        tokenizer = smollm2.tokens.tokenizer
+        enc = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
+        out = smollm2.model.generate(**enc, max_new_tokens=24, do_sample=False, pad_token_id=tokenizer.eos_token_id)
+        assert text == tokenizer.decode(out[0, enc.input_ids.shape[1]:], skip_special_tokens=True)
 
 
 def test_stop_strings_end_generation_and_are_kept(smollm2):

@@ -5,7 +5,18 @@ Every engine gets the same text prompts from the agent loop, so an engine never 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One continuation as an engine finished it."""
+
+    text: str  # cut after the first stop string, which it keeps
+    tokens: int  # new tokens generated
+    finish: str  # "stop" (a stop string or end of sequence) or "length" (max_new_tokens reached)
+    stop: str | None  # the stop string that ended it, if one did
 
 
 class Backend(Protocol):

@@ -7,46 +7,53 @@ makes the lockstep loop several times faster than one question at a time on a CP
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
+from harness.backends import Completion
+from harness.backends.tokens import PromptTokens, TokenizedEngine
 from harness.checkpoints import ResolvedCheckpoint
 from harness.protocol import cut_at_stop
 
 STOP_WINDOW = 8  # tokens decoded at each step to spot a stop string that just completed
+REUSE_TOKENS = 65536  # contexts whose K/V are kept for their next turn, counted in tokens
 
 
-class HFBackend:
+@dataclass
+class _Context:
+    """A finished context: its prompt's ids, the ids now in its K/V (prompt + generated), the K/V."""
+
+    prompt: list[int]
+    ids: list[int]
+    kv: list
+
+
+class HFBackend(TokenizedEngine):
     def __init__(self, ckpt: ResolvedCheckpoint, device: str = "cpu", dtype: str = "float32", threads: int | None = None) -> None:
         if threads:
             torch.set_num_threads(threads)
         self.ckpt = ckpt
         self.device = device
         self.dtype = dtype
-        self.tokenizer = AutoTokenizer.from_pretrained(ckpt.location)
+        self.tokens = PromptTokens(AutoTokenizer.from_pretrained(ckpt.location))
         self.model = AutoModelForCausalLM.from_pretrained(ckpt.location, dtype=getattr(torch, dtype))
         self.model.to(device).eval()
-        self.has_template = bool(self.tokenizer.chat_template)
         eos = self.model.generation_config.eos_token_id
-        eos = self.tokenizer.eos_token_id if eos is None else eos
+        eos = self.tokens.tokenizer.eos_token_id if eos is None else eos
         self.eos_ids = set(eos) if isinstance(eos, list) else {eos}
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_ids)
-        self._reusable: list[tuple[str, list[int], list]] = []  # (text, token ids, K/V) of the last call's contexts
+        self._reusable: list[_Context] = []  # newest last
 
-    def chat_prompt(self, user: str) -> str:
-        if not self.has_template:
-            return user
-        return self.tokenizer.apply_chat_template([{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True)
-
-    def _encode(self, text: str) -> list[int]:
-        # A chat template already writes its special tokens; raw text gets the tokenizer's own.
-        return self.tokenizer(text, add_special_tokens=not self.has_template)["input_ids"]
+    def generate(self, prompts: list[str], max_new_tokens: int, max_context_tokens: int, stop: tuple[str, ...]) -> list[str]:
+        encoded = [self.tokens.context(p, max_context_tokens) for p in prompts]
+        return [c.text for c in self.complete(encoded, max_new_tokens, stop)]
 
     @torch.inference_mode()
-    def generate(self, prompts: list[str], max_new_tokens: int, max_context_tokens: int, stop: tuple[str, ...]) -> list[str]:
-        encoded = [self._encode(p)[-max_context_tokens:] for p in prompts]
-        rows = [self._prefill(p, ids) for p, ids in zip(prompts, encoded)]  # (first-token logits, K/V per layer)
+    def complete(self, encoded: list[list[int]], max_new_tokens: int, stop: tuple[str, ...]) -> list[Completion]:
+        """Greedy continuations of token-id prompts, all decoded in one shrinking batch."""
+        rows = [self._prefill(ids) for ids in encoded]  # (first-token logits, K/V per layer)
         width = max(len(ids) for ids in encoded)
         pads = [width - len(ids) for ids in encoded]
         cache = DynamicCache(ddp_cache_data=[
@@ -57,9 +64,9 @@ class HFBackend:
         mask = torch.tensor([[0] * pad + [1] * len(ids) for ids, pad in zip(encoded, pads)], device=self.device)
         positions = torch.tensor([[len(ids)] for ids in encoded], device=self.device)
         logits = torch.cat([first for first, _ in rows])
-        live = list(range(len(prompts)))  # prompt index of each row still decoding
-        new: list[list[int]] = [[] for _ in prompts]
-        kept: list[tuple[list[int], list]] = [([], [])] * len(prompts)  # ids in the cache, and their K/V
+        live = list(range(len(encoded)))  # prompt index of each row still decoding
+        new: list[list[int]] = [[] for _ in encoded]
+        ended: list[_Context | None] = [None] * len(encoded)
         for step in range(max_new_tokens):
             if step:
                 input_ids = torch.tensor([[new[p][-1]] for p in live], device=self.device)
@@ -72,14 +79,14 @@ class HFBackend:
                 fed = len(new[prompt])  # generated tokens already in the cache
                 if token not in self.eos_ids:
                     new[prompt].append(token)
-                    tail = self.tokenizer.decode(new[prompt][-STOP_WINDOW:])
+                    tail = self.tokens.tokenizer.decode(new[prompt][-STOP_WINDOW:])
                     if not any(s in tail for s in stop) and step + 1 < max_new_tokens:
                         keep.append(row)
                         continue
                 end = pads[prompt] + len(encoded[prompt]) + fed
-                kept[prompt] = (encoded[prompt] + new[prompt][:fed],
-                                [(layer.keys[row : row + 1, :, pads[prompt] : end].clone(),
-                                  layer.values[row : row + 1, :, pads[prompt] : end].clone()) for layer in cache.layers])
+                ended[prompt] = _Context(encoded[prompt], encoded[prompt] + new[prompt][:fed],
+                                         [(layer.keys[row : row + 1, :, pads[prompt] : end].clone(),
+                                           layer.values[row : row + 1, :, pads[prompt] : end].clone()) for layer in cache.layers])
             if not keep:
                 break
             if len(keep) < len(live):
@@ -87,33 +94,55 @@ class HFBackend:
                 cache.batch_select_indices(index)
                 mask, positions = mask[index], positions[index]
                 live = [live[row] for row in keep]
-        texts = [cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=True)) for ids in new]
-        self._reusable = [(p + t, ids, kv) for p, t, (ids, kv) in zip(prompts, texts, kept)]
-        return texts
+        self._remember(ended)
+        return [self._finish(ids, stop, max_new_tokens) for ids in new]
 
-    def _prefill(self, prompt: str, ids: list[int]) -> tuple[torch.Tensor, list]:
+    def _finish(self, ids: list[int], stop: tuple[str, ...], max_new_tokens: int) -> Completion:
+        text = self.tokens.decode(ids)
+        cut = cut_at_stop(text, stop)
+        hit = next((s for s in stop if cut.endswith(s)), None)  # only a stop string that occurs ends the cut
+        ended_early = hit is not None or len(ids) < max_new_tokens  # a stop string or end of sequence
+        return Completion(cut, len(ids), "stop" if ended_early else "length", hit)
+
+    def _remember(self, contexts: list[_Context]) -> None:
+        """Keep the newest contexts' K/V within REUSE_TOKENS, dropping those the new ones extend."""
+        kept = [old for old in self._reusable if not any(self._extends(c.prompt, old) for c in contexts)] + contexts
+        total = 0
+        for i in range(len(kept) - 1, -1, -1):
+            total += len(kept[i].ids)
+            if total > REUSE_TOKENS:
+                kept = kept[i + 1 :]
+                break
+        self._reusable = kept
+
+    @staticmethod
+    def _extends(ids: list[int], old: _Context) -> int:
+        """How many of old's cached ids ids can reuse, or 0 if ids does not continue old's own prompt.
+
+        The boundary token of the old prompt may tokenise differently once text follows it, so the
+        common prefix must cover the old prompt all but its last token.
+        """
+        common = next((i for i, (a, b) in enumerate(zip(old.ids, ids)) if a != b), min(len(old.ids), len(ids)))
+        return common if len(ids) > len(old.prompt) and common >= len(old.prompt) - 1 else 0
+
+    def _prefill(self, ids: list[int]) -> tuple[torch.Tensor, list]:
         """Last-position logits and K/V for one prompt.
 
-        A prompt that strictly extends a context the previous call ended with (its prompt plus the
-        returned text) reuses that context's K/V up to the first token where the two tokenisations
-        differ. Only a trajectory's own history matches, so results never depend on other batches.
+        A prompt that continues a kept context (its own trajectory's previous turn: the old prompt
+        is a prefix) reuses that context's K/V up to the first differing token. Another
+        trajectory's K/V is never used, so results never depend on other batches.
         """
         start, past = 0, None
-        for text, old_ids, kv in self._reusable:
-            if len(prompt) > len(text) and prompt.startswith(text):
-                common = next((i for i, (a, b) in enumerate(zip(old_ids, ids)) if a != b), min(len(old_ids), len(ids)))
+        for old in reversed(self._reusable):
+            if common := self._extends(ids, old):
                 start = min(common, len(ids) - 1)  # at least one token to compute logits from
-                past = [(k[:, :, :start], v[:, :, :start]) for k, v in kv] if start else None
+                past = [(k[:, :, :start], v[:, :, :start]) for k, v in old.kv]
                 break
         cache = DynamicCache(ddp_cache_data=past) if past else DynamicCache()
         suffix = torch.tensor([ids[start:]], device=self.device)
         positions = torch.arange(start, len(ids), device=self.device).unsqueeze(0)
         logits = self.model(input_ids=suffix, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
         return logits, [(layer.keys, layer.values) for layer in cache.layers]
-
-    def truncate(self, text: str, max_tokens: int) -> str:
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return text if len(ids) <= max_tokens else self.tokenizer.decode(ids[:max_tokens])
 
     def describe(self) -> dict:
         return {
@@ -124,7 +153,7 @@ class HFBackend:
             "device": self.device,
             "dtype": self.dtype,
             "threads": torch.get_num_threads(),
-            "chat_template": self.has_template,
+            "chat_template": self.tokens.has_template,
             "hub_revision": getattr(self.model.config, "_commit_hash", None),
             **self.ckpt.describe(),
         }
