@@ -1,10 +1,6 @@
 """A real uvicorn server started on loopback, spoken to by Search-R1's client and by cfbench's."""
 
 import json
-import socket
-import subprocess
-import sys
-import time
 
 import httpx
 import pytest
@@ -17,33 +13,13 @@ from harness.retrievers.http import HTTPRetriever
 from harness.retrievers.index import default_index
 from harness.suite import load_suite
 from scripted import ScriptedBackend, question_of
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from servers import cli_server, free_port
 
 
 @pytest.fixture(scope="module")
 def server(bundled_corpus):
-    port = free_port()
-    index = default_index(bundled_corpus, "bm25")
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "retriever", "serve", "--index", str(index), "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        try:
-            if requests.get(url + "/health", timeout=1).status_code == 200:
-                break
-        except requests.ConnectionError:
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        raise RuntimeError(proc.stderr.read().decode())
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
+    with cli_server(["retriever", "serve", "--index", str(default_index(bundled_corpus, "bm25"))]) as url:
+        yield url
 
 
 def test_search_r1_client_payload_and_response(server, bm25):

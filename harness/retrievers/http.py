@@ -8,11 +8,11 @@ backoff; a server that is down or answers nonsense is an error, never an empty r
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 
 from harness.errors import CfbenchError
+from harness.http_retry import post_with_retries
 from harness.retrievers import Hit
 
 MAX_QUERY_CHARS = 8192
@@ -47,22 +47,8 @@ class HTTPRetriever:
 
     def _post(self, queries: list[str], k: int) -> list[list[Hit]]:
         body = json.dumps({"queries": queries, "topk": k, "return_scores": True}).encode()
-        last = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
-            try:
-                answer = self._client.post(self.url, content=body, headers={"Content-Type": "application/json"})
-            except httpx.HTTPError as err:
-                last = type(err).__name__
-                continue
-            if answer.status_code >= 500:
-                last = f"HTTP {answer.status_code}"
-                continue
-            if answer.status_code != 200:
-                raise CfbenchError(f"retrieval server {self.url} refused the request: HTTP {answer.status_code} {answer.text[:200]}")
-            return self._parse(answer, len(queries), k)
-        raise CfbenchError(f"retrieval server {self.url} failed {self.retries + 1} times (last: {last}); is it running?")
+        answer = post_with_retries(self._client, self.url, body, retries=self.retries, backoff=self.backoff, what="retrieval server")
+        return self._parse(answer, len(queries), k)
 
     def _parse(self, answer: httpx.Response, n: int, k: int) -> list[list[Hit]]:
         try:
