@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from harness.errors import CfbenchError
+from harness.cli_output import one_line_errors, console
+from harness.leaderboard.cli import compare_cmd, leaderboard
 from harness.protocol import Knobs
 
-console = Console(stderr=True)
 DEFAULTS = Knobs()
 
 
@@ -23,7 +22,7 @@ def main() -> None:
 
 
 @main.command("eval")
-@click.option("--ckpt", required=True, help="Local HF checkpoint dir, a bundled model (smollm2-135m) or a hub id.")
+@click.option("--ckpt", default=None, help="Local HF checkpoint dir, a bundled model (smollm2-135m) or a hub id (hf, vllm).")
 @click.option("--suite", default="fixed1325", show_default=True, help="Bundled suite (fixed1325, mini, full) or a FlashRAG-style jsonl file.")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Run directory (trajectories, results).")
 @click.option("--resume", is_flag=True, help="Continue the run in --out without redoing finished questions.")
@@ -36,25 +35,41 @@ def main() -> None:
 @click.option("--max-new-tokens", type=int, default=DEFAULTS.max_new_tokens, show_default=True)
 @click.option("--max-obs-tokens", type=int, default=DEFAULTS.max_obs_tokens, show_default=True)
 @click.option("--max-context-tokens", type=int, default=DEFAULTS.max_context_tokens, show_default=True)
-@click.option("--device", default="cpu", show_default=True)
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads (default: torch's).")
+@click.option("--backend", "engine", type=click.Choice(["hf", "vllm", "openai"]), default="hf", show_default=True,
+              help="hf: transformers in process; vllm: vLLM in process (GPU); openai: an OpenAI-compatible server.")
+@click.option("--device", default="cpu", show_default=True, help="hf: torch device.")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
+              help="hf, vllm: weights dtype [default: float32 for hf, bfloat16 for vllm].")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="hf: torch CPU threads (default: torch's).")
+@click.option("--tensor-parallel-size", type=click.IntRange(min=1), default=1, show_default=True, help="vllm: GPUs per model.")
+@click.option("--gpu-memory-utilization", type=click.FloatRange(0.05, 1.0), default=0.9, show_default=True, help="vllm.")
+@click.option("--max-model-len", type=click.IntRange(min=1), default=None, help="vllm: context length [default: the model's].")
+@click.option("--base-url", default=None, help="openai: the server, e.g. http://127.0.0.1:8001/v1.")
+@click.option("--model", default=None, help="openai: the model name the server serves.")
+@click.option("--tokenizer", default=None, help="openai: tokenizer dir, bundled model or hub id [default: --model].")
+@click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True, help="openai: requests in flight.")
+@click.option("--request-size", type=click.IntRange(min=1), default=16, show_default=True, help="openai: prompts per request.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True, help="openai: seconds per request.")
+@click.option("--retries", type=click.IntRange(min=0), default=3, show_default=True, help="openai: retries of a failed request.")
 @click.option("--seed", type=int, default=0, show_default=True)
 def eval_cmd(ckpt, suite, out, resume, retriever_spec, corpus, batch_size, topk, max_searches, max_new_tokens, max_obs_tokens,
-             max_context_tokens, device, dtype, threads, seed) -> None:
+             max_context_tokens, engine, device, dtype, threads, tensor_parallel_size, gpu_memory_utilization, max_model_len,
+             base_url, model, tokenizer, concurrency, request_size, timeout, retries, seed) -> None:
     """Evaluate a checkpoint on a suite under protocol v1 and print Cover-EM tables."""
-    from harness.backends.hf import HFBackend
-    from harness.checkpoints import resolve
+    from harness.backends.choose import backend_for
     from harness.evaluate import evaluate
     from harness.report import results_table
     from harness.retrievers.choose import retriever_for
     from harness.suite import load_suite
 
-    with _errors():
+    with one_line_errors():
         knobs = Knobs(topk, max_searches, max_new_tokens, max_obs_tokens, max_context_tokens)
         the_suite = load_suite(suite)
         retriever = retriever_for(retriever_spec, corpus)
-        backend = HFBackend(resolve(ckpt), device=device, dtype=dtype, threads=threads)
+        backend = backend_for(engine, ckpt=ckpt, device=device, dtype=dtype, threads=threads, base_url=base_url, model=model,
+                              tokenizer=tokenizer, concurrency=concurrency, request_size=request_size, timeout=timeout,
+                              retries=retries, tensor_parallel_size=tensor_parallel_size,
+                              gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, seed=seed)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("{task.fields[searches]} searches"), TextColumn("{task.fields[rate]}"),
                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
@@ -95,7 +110,7 @@ def index_build(corpus, kind, encoder, hnsw_m, dtype, out) -> None:
     from harness.corpus import load_corpus
     from harness.retrievers.index import build_index, read_manifest
 
-    with _errors():
+    with one_line_errors():
         build_index(load_corpus(corpus), kind, out, encoder=encoder, hnsw_m=hnsw_m, dtype=dtype)
         manifest = read_manifest(out)
         console.print(f"built {kind} index of {manifest['corpus']['n']} passages in {manifest['build_seconds']} s: {out}")
@@ -115,31 +130,33 @@ def retriever_serve(index_dir, corpus, host, port) -> None:
     """Answer Search-R1's POST /retrieve (and GET /health) from an index."""
     from harness.corpus import load_corpus
     from harness.retrievers.index import open_index
-    from harness.server import serve
+    from harness.retrieval_server import serve
 
-    with _errors():
+    with one_line_errors():
         retriever_ = open_index(index_dir, load_corpus(corpus) if corpus else None)
         console.print(f"serving {index_dir} on http://{host}:{port}/retrieve")
     serve(retriever_, host, port)
 
 
-class _errors:
-    """Turn a CfbenchError into one line on stderr and exit 2; Ctrl-C into a resume hint and exit 130."""
+@main.command("serve-model")
+@click.option("--ckpt", required=True, help="Local HF checkpoint dir, a bundled model (smollm2-135m) or a hub id.")
+@click.option("--name", default=None, help="The model name clients pass as `model` [default: --ckpt].")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=8001, show_default=True)
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads (default: torch's).")
+def serve_model(ckpt, name, host, port, device, dtype, threads) -> None:
+    """Serve a local model as OpenAI-compatible /v1/completions and /v1/chat/completions (greedy)."""
+    from harness.backends.hf import HFBackend
+    from harness.checkpoints import resolve
+    from harness.model_server import serve
 
-    def __enter__(self):
-        return self
+    with one_line_errors():
+        backend = HFBackend(resolve(ckpt), device=device, dtype=dtype, threads=threads)
+        console.print(f"serving {ckpt} as {name or ckpt!r} on http://{host}:{port}/v1")
+    serve(backend, name or ckpt, host, port)
 
-    def __exit__(self, kind, err, tb):
-        if kind is not None and issubclass(kind, CfbenchError):
-            console.print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
-            sys.exit(2)
-        if kind is KeyboardInterrupt:
-            console.print("interrupted: finished batches are saved; rerun with --resume to continue", highlight=False)
-            sys.exit(130)
-        return False
-
-
-from harness.leaderboard.cli import compare_cmd, leaderboard  # at the end: it uses _errors and console from here
 
 main.add_command(leaderboard)
 main.add_command(compare_cmd)

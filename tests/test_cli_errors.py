@@ -62,3 +62,16 @@ def test_corpus_row_missing_a_field(tmp_path):
 def test_out_of_range_knob(tmp_path):
     code, lines = run("--ckpt", "smollm2-135m", "--suite", "mini", "--topk", "0", "--out", str(tmp_path / "r"))
     assert code == 2 and len(lines) == 1 and "knob topk must be an integer >= 1, got 0" in lines[0]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--backend", "vllm", "--ckpt", "smollm2-135m"], "--backend vllm needs vLLM (CUDA only)"),
+    (["--backend", "openai", "--model", "m"], "--backend openai needs --base-url URL and --model NAME"),
+    (["--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--ckpt", "smollm2-135m"], "drop --ckpt"),
+    (["--backend", "hf"], "--backend hf needs --ckpt"),
+    (["--ckpt", "smollm2-135m", "--base-url", "http://127.0.0.1:9/v1"], "are for --backend openai"),
+])
+def test_engine_options_that_do_not_fit(tmp_path, args, message):
+    code, lines = run(*args, "--suite", "mini", "--out", str(tmp_path / "r"))
+    assert code == 2 and len(lines) == 1 and message in lines[0]
+    assert not (tmp_path / "r").exists()  # nothing written before the engine exists

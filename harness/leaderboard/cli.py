@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from harness.cli import _errors, console
+from harness.cli_output import one_line_errors, console
 from harness.errors import CfbenchError
 from harness.metrics import GROUPS
 
@@ -33,7 +33,7 @@ def add_cmd(run_dir, name, treatment, scale, root) -> None:
     """Store a finished run's results and per-question scores under ROOT/<suite>/runs/ (adding twice changes nothing)."""
     from harness.leaderboard.store import add, load_run
 
-    with _errors():
+    with one_line_errors():
         entry, new = add(load_run(run_dir), root, {"name": name, "treatment": treatment, "scale": scale})
         console.print(f"{'stored' if new else 'already stored'}: {entry}; now run cfbench leaderboard build", highlight=False, soft_wrap=True)
 
@@ -46,7 +46,7 @@ def build_cmd(suites, root) -> None:
     from harness.leaderboard.build import build
     from harness.leaderboard.store import check_suite_name
 
-    with _errors():
+    with one_line_errors():
         names = list(suites) or (sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else [])
         if not names:
             raise CfbenchError(f"{root}: no leaderboards to build; add a run first (cfbench leaderboard add RUN_DIR)")
@@ -70,7 +70,7 @@ def export_cmd(run, out) -> None:
     from harness.leaderboard.store import load_run
     from harness.runrecord import write_atomic
 
-    with _errors():
+    with one_line_errors():
         write_atomic(out, json.dumps(lmeval_results(load_run(run)), ensure_ascii=False, indent=2, sort_keys=True) + "\n")
         console.print(f"lm-eval results: {out}", highlight=False, soft_wrap=True)
 
@@ -85,7 +85,7 @@ def compare_cmd(run_a, run_b, metric) -> None:
     from harness.leaderboard.store import load_run
     from harness.leaderboard.tables import column_label, pct, signed
 
-    with _errors():
+    with one_line_errors():
         a, b = load_run(run_a), load_run(run_b)
         reasons = comparable.differences(comparable.key(a.results), comparable.key(b.results))
         if reasons:
