@@ -23,6 +23,18 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def read_verified(path: Path, expected: str) -> bytes:
+    """A shipped file's content, refused unless it hashes to what tasks/manifest.json records."""
+    data = read_bytes(path)
+    digest = sha256(data)
+    if digest != expected:
+        raise CfbenchError(
+            f"{path}: content hash {digest[:16]} does not match the manifest's {expected[:16]}; "
+            "restore the file from git or rebuild it with `python -m tasks.build_data`"
+        )
+    return data
+
+
 def iter_rows(path: Path, data: bytes) -> Iterator[tuple[int, dict]]:
     """(line number, object) for every non-blank line; a bad line is a one-line error."""
     for lineno, raw in enumerate(data.split(b"\n"), start=1):

@@ -53,12 +53,15 @@ class Knobs:
         return asdict(self)
 
 
+def normalize_question(question: str) -> str:
+    """Search-R1's data builder's form (stripped, ending in "?"); shipped training data is stored in it."""
+    question = question.strip()
+    return question if question.endswith("?") else question + "?"
+
+
 def user_prompt(question: str) -> str:
     """The instruction with the question normalised as Search-R1's data builder does."""
-    question = question.strip()
-    if not question.endswith("?"):
-        question += "?"
-    return INSTRUCTION.format(question=question)
+    return INSTRUCTION.format(question=normalize_question(question))
 
 
 def parse_action(generated: str) -> tuple[str, str]:

@@ -42,14 +42,8 @@ def load_suite(name_or_path: str) -> Suite:
     if name_or_path in bundled:
         entry = bundled[name_or_path]
         path = TASKS_DIR / entry["file"]
-        data = jsonl.read_bytes(path)
-        digest = jsonl.sha256(data)
-        if digest != entry["sha256"]:
-            raise CfbenchError(
-                f"{path}: content hash {digest[:16]} does not match the manifest's {entry['sha256'][:16]}; "
-                "restore the file from git or rebuild it with `python -m tasks.build_data`"
-            )
-        return Suite(name_or_path, path, digest, _parse(path, data, default_benchmark=name_or_path))
+        data = jsonl.read_verified(path, entry["sha256"])
+        return Suite(name_or_path, path, entry["sha256"], _parse(path, data, default_benchmark=name_or_path))
     path = Path(name_or_path)
     if not path.exists():
         raise CfbenchError(

@@ -1,4 +1,4 @@
-"""Build cfbench's shipped suites and bundled corpus from shared/data/sources.
+"""Build cfbench's shipped suites, bundled corpus and training set from shared/data/sources.
 
     python -m tasks.build_data --sources ../shared/data/sources
 
@@ -16,12 +16,14 @@ import hashlib
 import io
 import json
 import random
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from harness.metrics import BENCHMARKS, normalize
+from harness.protocol import normalize_question
 
 SEED = 1325
 PER_BENCHMARK = 200
@@ -257,6 +259,59 @@ def choose(cat: Catalog, pool: list[Row], n: int, rng: random.Random) -> list[Ro
     return sorted(chosen, key=position.__getitem__)
 
 
+# ---------------------------------------------------------------- training set
+
+TRAIN_SOURCES = ("nq", "hotpotqa")
+DROP_REASONS = ("no_answer", "eval_overlap", "repeat")
+
+
+def train_candidates(src: Path) -> Iterator[tuple[str, dict, str, list[str]]]:
+    """(source, provenance, question, answers) in file order: Search-R1's mix of NQ and HotpotQA training questions.
+
+    hotpotqa_train_800.parquet says "train" but all 800 questions are HotpotQA dev questions (26 of
+    them in fixed1325), so build_train drops every one; HippoRAG's 100 are real train questions.
+    """
+    name = "nq/ambigqa_train_nq_open_questions.json"
+    for i, r in enumerate(json.loads((src / name).read_text(encoding="utf-8"))):
+        yield "nq", {"file": name, "row": i}, r["question"], r["answer"]
+    name = "hotpotqa/hotpotqa_train_800.parquet"
+    for i, r in enumerate(pd.read_parquet(src / name).itertuples()):
+        target = json.loads(r.reward_model)["ground_truth"]["target"]  # what Search-R1's reward scores against
+        yield "hotpotqa", {"file": name, "row": i}, r.question, [target] if isinstance(target, str) else list(target)
+    name = "hotpotqa/hipporag_hotpotqa_train100.json"
+    for r in json.loads((src / name).read_text(encoding="utf-8")):
+        yield "hotpotqa", {"file": name, "id": r["_id"]}, r["question"], [r["answer"]]
+
+
+def build_train(src: Path, eval_questions: Iterable[str]) -> tuple[list[dict], dict[str, dict[str, int]]]:
+    """Training rows, and per reason and source how many were dropped.
+
+    A row is dropped when it has no non-blank answer, when its normalised question is one an eval
+    suite asks (training on it would leak into the benchmark), or when an earlier row asks it.
+    """
+    held_out = {qkey(q) for q in eval_questions}
+    seen: set[str] = set()
+    rows: list[dict] = []
+    dropped = {reason: dict.fromkeys(TRAIN_SOURCES, 0) for reason in DROP_REASONS}
+    for source, provenance, question, answers in train_candidates(src):
+        answers = list(dict.fromkeys(a.strip() for a in map(str, answers) if a.strip()))
+        key = qkey(question)
+        reason = "no_answer" if not answers else "eval_overlap" if key in held_out else "repeat" if key in seen else None
+        if reason:
+            dropped[reason][source] += 1
+            continue
+        seen.add(key)
+        local = provenance["id"] if "id" in provenance else f"row-{provenance['row']}"
+        rows.append({
+            "id": f"{source}-train/{local}",
+            "source": source,
+            "question": normalize_question(question),
+            "golden_answers": answers,
+            "provenance": provenance,
+        })
+    return rows, dropped
+
+
 def jsonl_bytes(rows: list[dict]) -> bytes:
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
 
@@ -275,10 +330,11 @@ def write(path: Path, data: bytes) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sources", type=Path, default=HERE.parent.parent / "shared" / "data" / "sources")
-    parser.add_argument("--out", type=Path, default=HERE, help="where suites/, corpus/ and manifest.json go")
+    parser.add_argument("--out", type=Path, default=HERE, help="where suites/, corpus/, train/ and manifest.json go")
     args = parser.parse_args()
     (args.out / "suites").mkdir(parents=True, exist_ok=True)
     (args.out / "corpus").mkdir(parents=True, exist_ok=True)
+    (args.out / "train").mkdir(parents=True, exist_ok=True)
     cat, corpus, pools = build(args.sources)
     rng = random.Random(SEED)
 
@@ -294,13 +350,17 @@ def main() -> None:
     if len(set(ids)) != len(ids):
         raise SystemExit(f"duplicate suite ids: {sorted({i for i in ids if ids.count(i) > 1})[:5]}")
 
-    manifest = {"seed": SEED, "suites": {}, "corpus": {}}
+    manifest = {"seed": SEED, "suites": {}, "corpus": {}, "train": {}}
     for name, rows, file in (("fixed1325", fixed, "fixed1325.jsonl"), ("mini", mini, "mini.jsonl"), ("full", full, "full.jsonl.gz")):
         sha = write(args.out / "suites" / file, jsonl_bytes(rows))
         counts = {b: sum(r["benchmark"] == b for r in rows) for b in BENCHMARKS}
         manifest["suites"][name] = {"file": f"suites/{file}", "sha256": sha, "n": len(rows), "per_benchmark": counts}
     sha = write(args.out / "corpus" / "bundled.jsonl.gz", jsonl_bytes(corpus.rows))
     manifest["corpus"]["bundled"] = {"file": "corpus/bundled.jsonl.gz", "sha256": sha, "n": len(corpus.rows)}
+    train, dropped = build_train(args.sources, (r["question"] for r in fixed + mini + full))
+    sha = write(args.out / "train" / "search-r1.jsonl.gz", jsonl_bytes(train))
+    counts = {s: sum(r["source"] == s for r in train) for s in TRAIN_SOURCES}
+    manifest["train"]["search-r1"] = {"file": "train/search-r1.jsonl.gz", "sha256": sha, "n": len(train), "per_source": counts, "dropped": dropped}
     (args.out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
 
 

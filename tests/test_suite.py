@@ -44,7 +44,7 @@ def test_builder_reproduces_the_shipped_files_byte_for_byte(tmp_path):
     assert sources.is_dir(), f"this test rebuilds tasks/ from {sources}: the project's reference data must sit beside the checkout"
     subprocess.run([sys.executable, "-m", "tasks.build_data", "--sources", str(sources), "--out", str(tmp_path)], cwd=REPO, check=True)
     assert (tmp_path / "manifest.json").read_text() == (TASKS_DIR / "manifest.json").read_text()
-    for rel in ("suites/fixed1325.jsonl", "suites/mini.jsonl", "suites/full.jsonl.gz", "corpus/bundled.jsonl.gz"):
+    for rel in ("suites/fixed1325.jsonl", "suites/mini.jsonl", "suites/full.jsonl.gz", "corpus/bundled.jsonl.gz", "train/search-r1.jsonl.gz"):
         assert (tmp_path / rel).read_bytes() == (TASKS_DIR / rel).read_bytes(), rel
 
 
