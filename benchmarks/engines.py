@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64, help="v1 uses 500; lower keeps the one-at-a-time arm short")
     args = parser.parse_args()
 
-    hf = HFBackend(resolve(args.ckpt))
+    hf = HFBackend.load(resolve(args.ckpt))
     retriever = retriever_for("bm25")
     suite = load_suite(args.suite)
     step = max(1, len(suite.questions) // args.questions)

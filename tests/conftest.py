@@ -20,4 +20,4 @@ def bm25(bundled_corpus):
 @pytest.fixture(scope="session")
 def smollm2() -> HFBackend:
     """The real bundled model (SmolLM2-135M-Instruct), loaded once for every test that needs it."""
-    return HFBackend(resolve("smollm2-135m"))
+    return HFBackend.load(resolve("smollm2-135m"))

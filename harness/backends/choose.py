@@ -37,4 +37,4 @@ def backend_for(kind: str, *, ckpt: str | None, device: str = "cpu", dtype: str 
                            gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, seed=seed)
     from harness.backends.hf import HFBackend
 
-    return HFBackend(resolve(ckpt), device=device, dtype=dtype or "float32", threads=threads)
+    return HFBackend.load(resolve(ckpt), device=device, dtype=dtype or "float32", threads=threads)

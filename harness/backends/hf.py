@@ -32,19 +32,28 @@ class _Context:
 
 
 class HFBackend(TokenizedEngine):
-    def __init__(self, ckpt: ResolvedCheckpoint, device: str = "cpu", dtype: str = "float32", threads: int | None = None) -> None:
+    def __init__(self, model, tokens: PromptTokens, *, ckpt: ResolvedCheckpoint, dtype: str, temperature: float = 0.0, seed: int = 0) -> None:
+        """An engine around a loaded model: greedy for evaluation, or sampled (temperature > 0) for training rollouts."""
+        self.model, self.tokens, self.ckpt, self.dtype = model, tokens, ckpt, dtype
+        self.device = str(model.device)
+        eos = model.generation_config.eos_token_id
+        eos = tokens.tokenizer.eos_token_id if eos is None else eos
+        self.eos_ids = set(eos) if isinstance(eos, list) else {eos}
+        self.temperature = temperature
+        self.generator = torch.Generator(device=model.device).manual_seed(seed)
+        self._reusable: list[_Context] = []  # newest last
+
+    @classmethod
+    def load(cls, ckpt: ResolvedCheckpoint, device: str = "cpu", dtype: str = "float32", threads: int | None = None) -> HFBackend:
         if threads:
             torch.set_num_threads(threads)
-        self.ckpt = ckpt
-        self.device = device
-        self.dtype = dtype
-        self.tokens = PromptTokens(AutoTokenizer.from_pretrained(ckpt.location))
-        self.model = AutoModelForCausalLM.from_pretrained(ckpt.location, dtype=getattr(torch, dtype))
-        self.model.to(device).eval()
-        eos = self.model.generation_config.eos_token_id
-        eos = self.tokens.tokenizer.eos_token_id if eos is None else eos
-        self.eos_ids = set(eos) if isinstance(eos, list) else {eos}
-        self._reusable: list[_Context] = []  # newest last
+        tokens = PromptTokens(AutoTokenizer.from_pretrained(ckpt.location))
+        model = AutoModelForCausalLM.from_pretrained(ckpt.location, dtype=getattr(torch, dtype)).to(device).eval()
+        return cls(model, tokens, ckpt=ckpt, dtype=dtype)
+
+    def forget(self) -> None:
+        """Drop kept K/V: needed once the weights change (a training update)."""
+        self._reusable = []
 
     def generate(self, prompts: list[str], max_new_tokens: int, max_context_tokens: int, stop: tuple[str, ...]) -> list[str]:
         encoded = [self.tokens.context(p, max_context_tokens) for p in prompts]
@@ -52,7 +61,7 @@ class HFBackend(TokenizedEngine):
 
     @torch.inference_mode()
     def complete(self, encoded: list[list[int]], max_new_tokens: int, stop: tuple[str, ...]) -> list[Completion]:
-        """Greedy continuations of token-id prompts, all decoded in one shrinking batch."""
+        """Continuations of token-id prompts (greedy, or sampled), all decoded in one shrinking batch."""
         rows = [self._prefill(ids) for ids in encoded]  # (first-token logits, K/V per layer)
         width = max(len(ids) for ids in encoded)
         pads = [width - len(ids) for ids in encoded]
@@ -75,7 +84,7 @@ class HFBackend(TokenizedEngine):
                                     cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
                 positions = positions + 1
             keep = []
-            for row, (prompt, token) in enumerate(zip(live, logits.argmax(-1).tolist())):
+            for row, (prompt, token) in enumerate(zip(live, self._pick(logits).tolist())):
                 fed = len(new[prompt])  # generated tokens already in the cache
                 if token not in self.eos_ids:
                     new[prompt].append(token)
@@ -96,6 +105,12 @@ class HFBackend(TokenizedEngine):
                 live = [live[row] for row in keep]
         self._remember(ended)
         return [self._finish(ids, stop, max_new_tokens) for ids in new]
+
+    def _pick(self, logits: torch.Tensor) -> torch.Tensor:
+        if not self.temperature:
+            return logits.argmax(-1)
+        probs = torch.softmax(logits.float() / self.temperature, dim=-1)
+        return torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
 
     def _finish(self, ids: list[int], stop: tuple[str, ...], max_new_tokens: int) -> Completion:
         text = self.tokens.decode(ids)
@@ -147,7 +162,7 @@ class HFBackend(TokenizedEngine):
     def describe(self) -> dict:
         return {
             "engine": "hf",
-            "decoder": "greedy, finished rows pruned",
+            "decoder": f"sampled at temperature {self.temperature}, finished rows pruned" if self.temperature else "greedy, finished rows pruned",
             "transformers": transformers.__version__,
             "torch": torch.__version__,
             "device": self.device,
