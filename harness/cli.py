@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from harness.cli_output import one_line_errors, console
 from harness.leaderboard.cli import compare_cmd, leaderboard
 from harness.protocol import Knobs
+from training.cli import train_cmd
 
 DEFAULTS = Knobs()
 
@@ -153,13 +154,14 @@ def serve_model(ckpt, name, host, port, device, dtype, threads) -> None:
     from harness.model_server import serve
 
     with one_line_errors():
-        backend = HFBackend(resolve(ckpt), device=device, dtype=dtype, threads=threads)
+        backend = HFBackend.load(resolve(ckpt), device=device, dtype=dtype, threads=threads)
         console.print(f"serving {ckpt} as {name or ckpt!r} on http://{host}:{port}/v1")
     serve(backend, name or ckpt, host, port)
 
 
 main.add_command(leaderboard)
 main.add_command(compare_cmd)
+main.add_command(train_cmd)
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,118 @@
+"""`cfbench train` for real: SmolLM2-135M, the cpu-smoke search-r1 config, BM25 rollouts, accelerate on CPU."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+from safetensors.torch import load_file
+
+from harness.checkpoints import resolve
+from harness.cli import main
+from training.treatments import load_config, validate
+
+
+def cfbench(*args, timeout=900):
+    done = subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def metrics(run) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def two_steps(tmp_path_factory):
+    out = tmp_path_factory.mktemp("train") / "search-r1"
+    cfbench("train", "--treatment", "search-r1", "--scale", "cpu-smoke", "--steps", "2", "--out", str(out))
+    return out
+
+
+def test_a_step_changes_the_weights_and_records_everything(two_steps):
+    rows = metrics(two_steps)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[0]["loss"] != 0 and rows[0]["grad_norm"] > 0  # step 1's group had unequal rewards
+    assert all(r["rollout_s"] > 0 and r["update_s"] > 0 and r["response_tokens"] > 0 for r in rows)
+    base = load_file(resolve("smollm2-135m").location + "/model.safetensors")
+    trained = load_file(two_steps / "checkpoint-1" / "model.safetensors")
+    changed = [k for k in trained if not (trained[k] == base[k]).all()]
+    assert len(changed) > 10
+    record = json.loads((two_steps / "checkpoint-2" / "cfbench_train.json").read_text())
+    assert record["step"] == 2 and record["config"] == load_config("search-r1", "cpu-smoke", 2)
+    rollouts = [json.loads(line) for line in (two_steps / "rollouts" / "step-1.jsonl").read_text().splitlines()]
+    assert len(rollouts) == 5 and len({r["turns"][0]["generated"] for r in rollouts}) == 5  # sampled, not greedy
+    assert (two_steps / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_resume_gives_the_uninterrupted_next_step(two_steps, tmp_path):
+    cut = tmp_path / "cut"
+    shutil.copytree(two_steps, cut)
+    shutil.rmtree(cut / "checkpoint-2")
+    (cut / "rollouts" / "step-2.jsonl").unlink()
+    with (cut / "metrics.jsonl").open("a") as fh:  # a crash after logging step 2 but before its checkpoint
+        fh.write(json.dumps({"step": 2, "loss": 123.0}) + "\n")
+    cfbench("train", "--treatment", "search-r1", "--scale", "cpu-smoke", "--steps", "2", "--out", str(cut), "--resume")
+    resumed, uninterrupted = metrics(cut), metrics(two_steps)
+    assert [r["step"] for r in resumed] == [1, 2]
+    assert resumed[1]["loss"] == pytest.approx(uninterrupted[1]["loss"], abs=1e-6)
+    assert (cut / "rollouts" / "step-2.jsonl").read_bytes() == (two_steps / "rollouts" / "step-2.jsonl").read_bytes()
+    # model, optimizer and scheduler state came back exactly: the second update lands on the same weights
+    assert load_file(cut / "checkpoint-2" / "model.safetensors").keys() == load_file(two_steps / "checkpoint-2" / "model.safetensors").keys()
+    a, b = load_file(cut / "checkpoint-2" / "model.safetensors"), load_file(two_steps / "checkpoint-2" / "model.safetensors")
+    assert all((a[k] == b[k]).all() for k in a)
+
+
+def test_the_checkpoint_is_scored_by_eval_unchanged(two_steps, tmp_path):
+    out = tmp_path / "eval"
+    done = cfbench("eval", "--ckpt", str(two_steps / "checkpoint-2"), "--suite", "mini", "--out", str(out),
+                   "--max-new-tokens", "4", "--max-searches", "1")
+    assert "avg7" in done.stdout
+    results = json.loads((out / "results.json").read_text())
+    assert results["suite"]["n"] == 70 and results["model"]["weights_sha256"] == resolve(str(two_steps / "checkpoint-2")).weights_sha256
+
+
+def test_base_is_the_untrained_model(tmp_path):
+    cfbench("train", "--treatment", "base", "--scale", "cpu-smoke", "--out", str(tmp_path / "base"))
+    saved = load_file(tmp_path / "base" / "checkpoint-0" / "model.safetensors")
+    original = load_file(resolve("smollm2-135m").location + "/model.safetensors")
+    assert all((saved[k] == original[k]).all() for k in saved)
+
+
+def train_cli(*args):
+    result = CliRunner().invoke(main, ["train", *args])
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    return result.exit_code, lines
+
+
+def test_bad_training_input_is_one_line_and_overwrites_nothing(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(load_config("base", "cpu-smoke")))
+    (run / "keep.txt").write_text("finished work")
+    for args, message in [
+        (["--treatment", "nope"], "unknown treatment 'nope'"),
+        (["--treatment", "search-r1", "--scale", "huge"], "has no scale 'huge'"),
+        (["--treatment", "search-r1", "--out", str(run)], "already holds files; pass --resume"),
+        (["--treatment", "search-r1", "--out", str(run), "--resume"], "holds a 'base' run, not 'search-r1'"),
+        (["--treatment", "search-r1", "--out", str(tmp_path / "empty"), "--resume"], "holds no training run"),
+    ]:
+        code, lines = train_cli(*args, *([] if "--out" in args else ["--out", str(tmp_path / "x")]))
+        assert code == 2 and len(lines) == 1 and message in lines[0], (args, lines)
+    assert (run / "keep.txt").read_text() == "finished work" and sorted(p.name for p in run.iterdir()) == ["config.json", "keep.txt"]
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("learning_rate", 0, "knob learning_rate must be a number in (0, 1)"),
+    ("samples_per_prompt", 1, "knob samples_per_prompt must be at least 2"),
+    ("temperature", 0, "knob temperature must be a number in (0, 2]"),
+    ("micro_batch", 0, "knob micro_batch must be an integer >= 1"),
+])
+def test_out_of_range_knobs(key, value, message):
+    from harness.errors import CfbenchError
+
+    config = load_config("search-r1", "cpu-smoke") | {key: value}
+    with pytest.raises(CfbenchError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
+        validate(config, "search-r1.cpu-smoke.json")
