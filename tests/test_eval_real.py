@@ -21,7 +21,7 @@ from harness.protocol import STOP, Knobs
 from harness.suite import load_suite
 
 KNOBS = Knobs(max_new_tokens=12, max_searches=1)
-CLI_KNOBS = ["--max-new-tokens", "6", "--max-searches", "1", "--batch-size", "2"]
+CLI_KNOBS = ["--max-new-tokens", "6", "--max-searches", "1", "--batch-size", "1"]  # 8 batches: a kill lands mid-run even on a loaded machine
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from harness.cli_output import console, one_line_errors
 def train_cmd(treatment, scale, out, resume, steps, threads) -> None:
     """Train a treatment; every checkpoint-N is a model dir `cfbench eval --ckpt` scores unchanged."""
     import torch
+    from accelerate import PartialState
 
     from training.treatments import load_config
     from training.trainer import train
@@ -35,4 +36,5 @@ def train_cmd(treatment, scale, out, resume, steps, threads) -> None:
                           highlight=False)
 
         last = train(config, out, resume=resume, on_step=on_step)
-        console.print(f"checkpoint: {last}  (score it: cfbench eval --ckpt {last} --suite mini --out runs/NAME)")
+        if PartialState().is_main_process:
+            console.print(f"checkpoint: {last}  (score it: cfbench eval --ckpt {last} --suite mini --out runs/NAME)")

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 
+from accelerate.utils import gather_object
+
 from harness.agent import run_batch
 from harness.backends.hf import HFBackend
 from harness.backends.tokens import PromptTokens
@@ -48,14 +50,12 @@ def checkpoints(out: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def prepare_out(config: dict, out: Path, resume: bool) -> int:
-    """Check the run directory against the config; returns the step to start from."""
+def check_out(config: dict, out: Path, resume: bool) -> int:
+    """Check the run directory against the config, writing nothing; returns the step to start from."""
     saved = out / "config.json"
     if not resume:
         if out.exists() and any(out.iterdir()):
             raise CfbenchError(f"{out} already holds files; pass --resume to continue that run or choose a new --out")
-        out.mkdir(parents=True, exist_ok=True)
-        write_atomic(saved, dumps(config) + "\n")
         return 0
     if not saved.is_file():
         raise CfbenchError(f"--resume: {out} holds no training run (no config.json); drop --resume to start one")
@@ -66,24 +66,33 @@ def prepare_out(config: dict, out: Path, resume: bool) -> int:
     if differing:
         key = differing[0]
         raise CfbenchError(f"--resume: knob {key} was {old.get(key)!r} in {saved}, now {config.get(key)!r}; resume with the run's own settings")
-    write_atomic(saved, dumps(config) + "\n")
     done = checkpoints(out)
     return done[-1][0] if done else 0
 
 
 def train(config: dict, out: Path, *, resume: bool = False, on_step: Callable[[dict], None] = lambda row: None) -> Path:
     """Run (or finish) a treatment into `out`; returns the last checkpoint directory."""
-    start = prepare_out(config, out, resume)
-    if config["treatment"] == "base":
-        return _save_base(config, out)
     from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    world, rank, main = accelerator.num_processes, accelerator.process_index, accelerator.is_main_process
+    start = check_out(config, out, resume)  # every process checks before any writes
+    if config["treatment"] != "base" and config["prompts_per_step"] % world:
+        raise CfbenchError(f"knob prompts_per_step ({config['prompts_per_step']}) must be a multiple of the {world} training processes")
+    accelerator.wait_for_everyone()
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomic(out / "config.json", dumps(config) + "\n")
+    if config["treatment"] == "base":
+        return _save_base(config, out) if main else out / "checkpoint-0"
+    if main:
+        (out / "rollouts").mkdir(exist_ok=True)
     from transformers import AutoModelForCausalLM, AutoTokenizer, get_constant_schedule_with_warmup
 
     from harness.retrievers.choose import retriever_for
     from training.data import load_train_set
 
     torch.manual_seed(config["seed"])
-    accelerator = Accelerator(cpu=not torch.cuda.is_available())
     ckpt = resolve(config["model"])
     tokenizer = AutoTokenizer.from_pretrained(ckpt.location)
     model = AutoModelForCausalLM.from_pretrained(ckpt.location, dtype=torch.float32)
@@ -92,7 +101,8 @@ def train(config: dict, out: Path, *, resume: bool = False, on_step: Callable[[d
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     if start:
         accelerator.load_state(str(out / f"checkpoint-{start}" / "state"))
-    _keep_metrics_before(out, start)
+    if main:
+        _keep_metrics_before(out, start)
 
     questions = load_train_set(config["train_set"], sources=tuple(config["sources"]))
     random.Random(config["seed"]).shuffle(questions)
@@ -104,10 +114,10 @@ def train(config: dict, out: Path, *, resume: bool = False, on_step: Callable[[d
         began = time.time()
         picked = [questions[(step * config["prompts_per_step"] + i) % len(questions)] for i in range(config["prompts_per_step"])]
         sampler = HFBackend(accelerator.unwrap_model(model), tokens, ckpt=ckpt, dtype="float32",
-                            temperature=config["temperature"], seed=config["seed"] * 1_000_003 + step)
+                            temperature=config["temperature"], seed=(config["seed"] * 1_000_003 + step) * 1024 + rank)
         model.eval()
         group = [Question(f"{q.id}#{k}", q.source, q.question, tuple(q.golden_answers))
-                 for q in picked for k in range(config["samples_per_prompt"])]
+                 for q in picked[rank::world] for k in range(config["samples_per_prompt"])]  # each process its share of prompts
         trajectories = run_batch(group, sampler, retriever, knobs)
         rewards = [reward(config["reward"]["kind"], t.prediction, list(t.question.golden_answers), t.turns,
                           **{k: v for k, v in config["reward"].items() if k != "kind"}) for t in trajectories]
@@ -118,13 +128,18 @@ def train(config: dict, out: Path, *, resume: bool = False, on_step: Callable[[d
         updated = time.time()
         row = _metrics(step + 1, episodes, trajectories, rewards, loss, grad_norm, rolled - began, updated - rolled,
                        scheduler.get_last_lr()[0])
-        _write_rollouts(out, step + 1, trajectories, rewards)
-        with (out / "metrics.jsonl").open("a") as fh:
-            fh.write(json.dumps(row, sort_keys=True) + "\n")
+        row = _mean_over_processes(accelerator, row)
+        rows = gather_object(_rollout_rows(trajectories, rewards))
+        if main:
+            write_atomic(out / "rollouts" / f"step-{step + 1}.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+            with (out / "metrics.jsonl").open("a") as fh:
+                fh.write(json.dumps(row, sort_keys=True) + "\n")
         if (step + 1) % config["save_every"] == 0 or step + 1 == config["steps"]:
             last = _save(accelerator, model, tokenizer, config, out, step + 1)
-            plot_curves(out / "metrics.jsonl", out / "curves.png")
-        on_step(row)
+            if main:
+                plot_curves(out / "metrics.jsonl", out / "curves.png")
+        if main:
+            on_step(row)
     return last
 
 
@@ -165,11 +180,18 @@ def _metrics(step, episodes, trajectories, rewards, loss, grad_norm, rollout_s, 
     }
 
 
-def _write_rollouts(out: Path, step: int, trajectories, rewards) -> None:
-    rows = [{"id": t.question.id, "question": t.question.question, "golden_answers": list(t.question.golden_answers),
+def _rollout_rows(trajectories, rewards) -> list[dict]:
+    return [{"id": t.question.id, "question": t.question.question, "golden_answers": list(t.question.golden_answers),
              "turns": t.turns, "prediction": t.prediction, "reward": r} for t, r in zip(trajectories, rewards)]
-    (out / "rollouts").mkdir(exist_ok=True)
-    write_atomic(out / "rollouts" / f"step-{step}.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+
+
+def _mean_over_processes(accelerator, row: dict) -> dict:
+    """Each process saw an equal share of the step's prompts, so the step's value is the mean of theirs."""
+    if accelerator.num_processes == 1:
+        return row
+    keys = [k for k in sorted(row) if k != "step"]
+    means = accelerator.reduce(torch.tensor([float(row[k]) for k in keys], dtype=torch.float64, device=accelerator.device), "mean").tolist()
+    return {"step": row["step"], **dict(zip(keys, means))}
 
 
 def _keep_metrics_before(out: Path, start: int) -> None:
@@ -181,16 +203,24 @@ def _keep_metrics_before(out: Path, start: int) -> None:
 
 
 def _save(accelerator, model, tokenizer, config: dict, out: Path, step: int) -> Path:
-    """checkpoint-N written beside, then moved into place: a crash never leaves a half checkpoint."""
+    """checkpoint-N written beside, then moved into place: a crash never leaves a half checkpoint.
+
+    The main process writes the HF model; every process adds its part of the accelerate state.
+    """
     final = out / f"checkpoint-{step}"
     tmp = out / f".checkpoint-{step}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    accelerator.unwrap_model(model).save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+        accelerator.unwrap_model(model).save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+    accelerator.wait_for_everyone()
     accelerator.save_state(str(tmp / "state"))
-    write_atomic(tmp / TRAIN_RECORD, dumps({"step": step, "config": config}) + "\n")
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        write_atomic(tmp / TRAIN_RECORD, dumps({"step": step, "config": config}) + "\n")
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+    accelerator.wait_for_everyone()
     return final
 
 
