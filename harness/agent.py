@@ -20,7 +20,8 @@ from harness.suite import Question
 @dataclass
 class Trajectory:
     question: Question
-    context: str
+    prompt: str  # the chat prompt it started from
+    context: str  # the prompt and everything since
     turns: list[dict] = field(default_factory=list)
     done: bool = False
 
@@ -35,8 +36,11 @@ def run_batch(
     retriever: Retriever,
     knobs: Knobs,
     on_searches: Callable[[int], None] = lambda n: None,
+    user_prompts: list[str] | None = None,
 ) -> list[Trajectory]:
-    trajs = [Trajectory(q, backend.chat_prompt(protocol.user_prompt(q.question))) for q in questions]
+    """`user_prompts` replaces the protocol's prompt (training roles that read a source passage)."""
+    users = user_prompts if user_prompts is not None else [protocol.user_prompt(q.question) for q in questions]
+    trajs = [Trajectory(q, p, p) for q, p in zip(questions, map(backend.chat_prompt, users), strict=True)]
     for turn in range(knobs.max_searches + 1):
         active = [t for t in trajs if not t.done]
         if not active:

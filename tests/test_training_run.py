@@ -27,7 +27,7 @@ def metrics(run) -> list[dict]:
 @pytest.fixture(scope="module")
 def two_steps(tmp_path_factory):
     out = tmp_path_factory.mktemp("train") / "search-r1"
-    cfbench("train", "--treatment", "search-r1", "--scale", "cpu-smoke", "--steps", "2", "--out", str(out))
+    cfbench("train", "--treatment", "search-r1", "--scale", "cpu-smoke", "--steps", "2", "--save-every", "1", "--out", str(out))
     return out
 
 
@@ -41,7 +41,7 @@ def test_a_step_changes_the_weights_and_records_everything(two_steps):
     changed = [k for k in trained if not (trained[k] == base[k]).all()]
     assert len(changed) > 10
     record = json.loads((two_steps / "checkpoint-2" / "cfbench_train.json").read_text())
-    assert record["step"] == 2 and record["config"] == load_config("search-r1", "cpu-smoke", 2)
+    assert record["step"] == 2 and record["config"] == load_config("search-r1", "cpu-smoke", 2, 1)
     rollouts = [json.loads(line) for line in (two_steps / "rollouts" / "step-1.jsonl").read_text().splitlines()]
     assert len(rollouts) == 5 and len({r["turns"][0]["generated"] for r in rollouts}) == 5  # sampled, not greedy
     assert (two_steps / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -54,7 +54,7 @@ def test_resume_gives_the_uninterrupted_next_step(two_steps, tmp_path):
     (cut / "rollouts" / "step-2.jsonl").unlink()
     with (cut / "metrics.jsonl").open("a") as fh:  # a crash after logging step 2 but before its checkpoint
         fh.write(json.dumps({"step": 2, "loss": 123.0}) + "\n")
-    cfbench("train", "--treatment", "search-r1", "--scale", "cpu-smoke", "--steps", "2", "--out", str(cut), "--resume")
+    cfbench("train", "--treatment", "search-r1", "--scale", "cpu-smoke", "--steps", "2", "--save-every", "1", "--out", str(cut), "--resume")
     resumed, uninterrupted = metrics(cut), metrics(two_steps)
     assert [r["step"] for r in resumed] == [1, 2]
     assert resumed[1]["loss"] == pytest.approx(uninterrupted[1]["loss"], abs=1e-6)

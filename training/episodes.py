@@ -27,7 +27,7 @@ def encode_episode(tokens: PromptTokens, prompt: str, turns: list[dict], reward:
     trained = [0] * len(ids)
     for turn in turns:
         for text, own in ((turn["generated"], 1), (turn.get("observation", ""), 0)):
-            piece = tokens.tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+            piece = tokens.text_ids(text)
             ids += piece
             trained += [own] * len(piece)
     return Episode(ids, trained, reward, group)

@@ -51,10 +51,6 @@ class HFBackend(TokenizedEngine):
         model = AutoModelForCausalLM.from_pretrained(ckpt.location, dtype=getattr(torch, dtype)).to(device).eval()
         return cls(model, tokens, ckpt=ckpt, dtype=dtype)
 
-    def forget(self) -> None:
-        """Drop kept K/V: needed once the weights change (a training update)."""
-        self._reusable = []
-
     def generate(self, prompts: list[str], max_new_tokens: int, max_context_tokens: int, stop: tuple[str, ...]) -> list[str]:
         encoded = [self.tokens.context(p, max_context_tokens) for p in prompts]
         return [c.text for c in self.complete(encoded, max_new_tokens, stop)]

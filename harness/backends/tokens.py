@@ -36,12 +36,16 @@ class PromptTokens:
         """The prompt's ids cut to its last max_context_tokens tokens."""
         return self.encode(prompt)[-max_context_tokens:]
 
+    def text_ids(self, text: str) -> list[int]:
+        """Ids of a piece of text inside a sequence (no special tokens)."""
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def truncate(self, text: str, max_tokens: int) -> str:
         """The text cut to its first max_tokens tokens."""
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = self.text_ids(text)
         return text if len(ids) <= max_tokens else self.tokenizer.decode(ids[:max_tokens])
 
 

@@ -1,0 +1,112 @@
+"""What every trained role shares: its model + optimizer + scheduler, sampled rollouts, the update, checkpoints.
+
+A role (the Search-R1 policy; Dr. Zero's proposer, main solver and auxiliary solvers) is a copy of
+the starting model prepared by accelerate with its own AdamW and constant-with-warmup schedule.
+`save` writes checkpoint-N atomically: the main policy as a plain HF model at the top (what `cfbench
+eval --ckpt` scores), other roles as HF models in sub-directories, and accelerate's state of every
+role (model, optimizer, scheduler, RNG) in state/ for --resume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from harness.backends.hf import HFBackend
+from harness.checkpoints import ResolvedCheckpoint
+from harness.runrecord import dumps, write_atomic
+from training.episodes import Episode, collate
+from training.objective import group_advantages, policy_loss, token_logprobs
+
+TRAIN_RECORD = "cfbench_train.json"
+
+
+@dataclass
+class Learner:
+    model: object
+    optimizer: object
+    scheduler: object
+
+
+def learner(config: dict, ckpt: ResolvedCheckpoint, accelerator) -> Learner:
+    from transformers import AutoModelForCausalLM, get_constant_schedule_with_warmup
+
+    model = AutoModelForCausalLM.from_pretrained(ckpt.location, dtype=torch.float32)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config["learning_rate"], weight_decay=config["weight_decay"])
+    scheduler = get_constant_schedule_with_warmup(optimizer, config["warmup_steps"])
+    return Learner(*accelerator.prepare(model, optimizer, scheduler))
+
+
+def sampler(accelerator, role: Learner, tokens, ckpt, config: dict, step: int, stream: str) -> HFBackend:
+    """An hf engine sampling from the role's current weights; its seed depends only on (seed, step, stream)."""
+    seed = int.from_bytes(hashlib.sha256(f"{config['seed']}:{step}:{stream}".encode()).digest()[:8], "big")
+    role.model.eval()
+    return HFBackend(accelerator.unwrap_model(role.model), tokens, ckpt=ckpt, dtype="float32", temperature=config["temperature"], seed=seed)
+
+
+def update(role: Learner, accelerator, episodes: list[Episode], config: dict, pad_id: int) -> tuple[float, float]:
+    """One policy-gradient step over all episodes, in micro-batches whose losses sum to the full objective."""
+    model, optimizer, scheduler = role.model, role.optimizer, role.scheduler
+    model.train()
+    advantages = group_advantages(torch.tensor([e.reward for e in episodes]), [e.group for e in episodes])
+    total = 0.0
+    for first in range(0, len(episodes), config["micro_batch"]):
+        chunk = episodes[first : first + config["micro_batch"]]
+        ids, attention, trained = collate(chunk, pad_id)
+        logprobs = token_logprobs(model, ids.to(accelerator.device), attention.to(accelerator.device))
+        loss = policy_loss(logprobs, trained.to(accelerator.device), advantages[first : first + len(chunk)].to(accelerator.device),
+                           episodes=len(episodes))
+        accelerator.backward(loss)
+        total += loss.item()
+    grad_norm = accelerator.clip_grad_norm_(model.parameters(), config["max_grad_norm"])
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad()
+    return total, float(grad_norm)
+
+
+def checkpoints(out: Path) -> list[tuple[int, Path]]:
+    found = [(int(p.name.split("-")[1]), p) for p in out.glob("checkpoint-*") if p.name.split("-")[1].isdigit()]
+    return sorted(found)
+
+
+def save(accelerator, roles: dict[str, Learner], tokenizer, out: Path, step: int, record: dict) -> Path:
+    """checkpoint-N written beside, then moved into place: a crash never leaves a half checkpoint.
+
+    roles[""] is the main policy (top level); other names become sub-directories. The main process
+    writes the HF models; every process adds its part of the accelerate state.
+    """
+    final = out / f"checkpoint-{step}"
+    tmp = out / f".checkpoint-{step}.tmp"
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for name, role in roles.items():
+            accelerator.unwrap_model(role.model).save_pretrained(tmp / name, safe_serialization=True)
+            tokenizer.save_pretrained(tmp / name)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(tmp / "state"))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        write_atomic(tmp / TRAIN_RECORD, dumps({"step": step, **record}) + "\n")
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def keep_rows_before(path: Path, start: int) -> None:
+    """Drop rows of steps after the checkpoint we resume from (a crash can leave some)."""
+    if path.is_file():
+        rows = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= start]
+        write_atomic(path, "".join(r + "\n" for r in rows))
+
+
+def append_row(path: Path, row: dict) -> None:
+    with path.open("a") as fh:
+        fh.write(json.dumps(row, sort_keys=True) + "\n")
