@@ -31,8 +31,9 @@ def backend_for(kind: str, *, ckpt: str | None, device: str = "cpu", dtype: str 
     from harness.checkpoints import resolve
 
     if kind == "vllm":
-        from harness.backends.vllm import VLLMBackend
+        from harness.backends.vllm import VLLMBackend, import_vllm
 
+        import_vllm()  # before resolving --ckpt, which may build the bundled model first
         return VLLMBackend(resolve(ckpt), dtype=dtype or "bfloat16", tensor_parallel_size=tensor_parallel_size,
                            gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, seed=seed)
     from harness.backends.hf import HFBackend

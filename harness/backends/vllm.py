@@ -19,14 +19,20 @@ from harness.errors import CfbenchError
 from harness.protocol import cut_at_stop
 
 
+def import_vllm():
+    """The vllm module, or a one-line error saying how to get it."""
+    try:
+        import vllm
+    except ImportError:
+        raise CfbenchError("--backend vllm needs vLLM (CUDA only): pip install 'cfbench[vllm]' on a GPU machine, "
+                           "or use --backend hf / --backend openai") from None
+    return vllm
+
+
 class VLLMBackend(TokenizedEngine):
     def __init__(self, ckpt: ResolvedCheckpoint, *, dtype: str = "bfloat16", tensor_parallel_size: int = 1,
                  gpu_memory_utilization: float = 0.9, max_model_len: int | None = None, seed: int = 0) -> None:
-        try:
-            import vllm
-        except ImportError:
-            raise CfbenchError("--backend vllm needs vLLM (CUDA only): pip install 'cfbench[vllm]' on a GPU machine, "
-                               "or use --backend hf / --backend openai") from None
+        vllm = import_vllm()
         self._vllm = vllm
         self.ckpt = ckpt
         self.settings = {"dtype": dtype, "tensor_parallel_size": tensor_parallel_size,
