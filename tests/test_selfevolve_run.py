@@ -125,3 +125,21 @@ def test_a_cli_run_writes_the_shared_checkpoint_layout_and_eval_scores_it(tmp_pa
                             capture_output=True, text=True, timeout=1200)
     assert scored.returncode == 0, scored.stderr[-3000:]
     assert json.loads((tmp_path / "eval" / "results.json").read_text())["suite"]["n"] == 70
+
+
+def test_msv_answers_every_candidate_6_times_and_admits_by_its_majorities(tmp_path, tokens):
+    from training import msv
+
+    out = tmp_path / "msv"
+    train(config("msv", 1, 1), out, proposer_engine=scripted(tokens))
+    rows = audit(out)
+    candidates = [r for r in rows if not r["parse_error"]]
+    assert candidates
+    for r in candidates:
+        aware, blind = r["msv"]["aware"], r["msv"]["blind"]
+        assert len(aware) == len(blind) == 3
+        verdict = msv.admit(aware, blind)
+        assert r["admitted"] == verdict.admitted and r["adopted_label"] == (verdict.label if verdict.admitted else None)
+        assert r["draft_label"] and (r["scorer"] == "main") == r["admitted"]
+    [metrics] = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert metrics["msv_generations"] == 6 * len(candidates) and metrics["admitted"] + metrics["rejected"] == len(candidates)
