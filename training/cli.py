@@ -8,6 +8,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from harness.cli_output import console, one_line_errors
+from training.crossfit import AUX_BUDGETS, CONTROLS
 
 
 @click.command("train")
@@ -17,9 +18,9 @@ from harness.cli_output import console, one_line_errors
 @click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --out.")
 @click.option("--steps", type=click.IntRange(min=0), default=None, help="Total steps [default: the config's]; may extend a resumed run.")
 @click.option("--save-every", type=click.IntRange(min=1), default=None, help="Checkpoint every N steps [default: the config's].")
-@click.option("--control", type=click.Choice(["none", "same-source", "full-data", "random-split"]), default=None,
+@click.option("--control", type=click.Choice(CONTROLS), default=None,
               help="CrossFit control: who scores a question [default: the config's, none].")
-@click.option("--aux-budget", type=click.Choice(["full", "half"]), default=None, help="CrossFit auxiliary update budget [default: full].")
+@click.option("--aux-budget", type=click.Choice(AUX_BUDGETS), default=None, help="CrossFit auxiliary update budget [default: full].")
 @click.option("--corpus", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Self-evolution source passages as jsonl(.gz) [default: the bundled corpus].")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads (default: torch's).")

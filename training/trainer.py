@@ -19,8 +19,8 @@ Run directory (Search-R1):
 from __future__ import annotations
 
 import json
-import random
 import os
+import random
 import shutil
 import time
 from collections.abc import Callable

@@ -2,8 +2,9 @@
 the four self-evolution treatments share self-evolution.SCALE.json and differ by their msv/crossfit flags).
 
 Every knob lives in the config file and is copied into each checkpoint, so a checkpoint says how it
-was made. `--steps` may extend a run and `--save-every` trade disk for resume points; nothing else
-is overridden from the command line.
+was made. `--steps` may extend a run and `--save-every` trade disk for resume points; the
+self-evolution treatments also take `--control`, `--aux-budget` and `--corpus`, which are recorded
+like every knob. Nothing else is overridden from the command line.
 """
 
 from __future__ import annotations
