@@ -90,6 +90,7 @@ def self_evolve(config: dict, out: Path, start: int, resume: bool, accelerator, 
             stale.unlink()
     retriever = retriever_for(config["retriever"], None if config["corpus"] == "bundled" else corpus_path(config))
     loop = _Loop(config, tokens, retriever, provenance)
+    device = torch.cuda.get_device_name(accelerator.device) if accelerator.device.type == "cuda" else accelerator.device.type
 
     last = out / f"checkpoint-{start}"
     for step in range(start + 1, config["steps"] + 1):
@@ -102,7 +103,7 @@ def self_evolve(config: dict, out: Path, start: int, resume: bool, accelerator, 
         losses = loop.updates(state, engines, lambda name, episodes: update(roles[name], accelerator, episodes, config, tokenizer.pad_token_id or 0)[0])
         updated = time.time()
         write_atomic(out / "audit" / f"step-{step}.jsonl", "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in state.audit_rows()))
-        row = state.metrics(losses, rolled - began, updated - rolled)
+        row = state.metrics(losses, rolled - began, updated - rolled, device)
         append_row(out / "metrics.jsonl", row)
         if step % config["save_every"] == 0 or step == config["steps"]:
             named = {("" if name == "main" else name): role for name, role in roles.items()}
@@ -111,6 +112,20 @@ def self_evolve(config: dict, out: Path, start: int, resume: bool, accelerator, 
             plot_curves(out / "metrics.jsonl", out / "curves.png", SELF_EVOLUTION_PANELS)
         on_step(row)
     return last
+
+
+def solver_answers(items: list[tuple[str, str, str]], engine: Backend, retriever, knobs: Knobs, m: int, name: str) -> list[list[Trajectory]]:
+    """`m` sampled protocol-v1 answers of each (task id, question, adopted label) by solver `name`."""
+    asked = [Question(f"{tid}#{name}#{j}", "self-evolution", question, (label,)) for tid, question, label in items for j in range(m)]
+    trajs = run_batch(asked, engine, retriever, knobs)
+    return [trajs[i * m : (i + 1) * m] for i in range(len(items))]
+
+
+def solver_episodes(tokens: PromptTokens, config: dict, groups: list[tuple[list[Trajectory], str]]) -> list:
+    """GRPO episodes of a solver's answers, one group per question, rewarded by matching its adopted label."""
+    kind, weights = config["reward"]["kind"], {k: v for k, v in config["reward"].items() if k != "kind"}
+    return [encode_episode(tokens, tr.prompt, tr.turns, reward(kind, tr.prediction, [label], tr.turns, **weights), group)
+            for group, (trajs, label) in enumerate(groups) for tr in trajs]
 
 
 def _mean(xs: list) -> float | None:
@@ -135,7 +150,8 @@ class _Step:
         self.rewards: dict[str, float] = {}
         self.solver_rewards: list[float] = []
         self.response_tokens: list[int] = []  # per proposer rollout
-        self.generations = 0
+        self.generations = 0  # every trajectory sampled this step (proposer, MSV answers, solver answers)
+        self.generated_tokens = 0  # their generated tokens
 
     @property
     def admitted(self) -> list[Task]:
@@ -158,19 +174,20 @@ class _Step:
             })
         return rows
 
-    def metrics(self, losses: dict[str, float], rollout_s: float, update_s: float) -> dict:
+    def metrics(self, losses: dict[str, float], rollout_s: float, update_s: float, device: str) -> dict:
         n, admitted = len(self.tasks), self.admitted
         candidates = sum(not p.error for p in self.proposals.values())
         return {
             "step": self.step, "round": self.round, "phase": self.phase, "tasks": n,
             "format": _mean(list(self.formats.values())), "candidates": candidates, "admitted": len(admitted),
             "rejected": candidates - len(admitted), "msv_generations": 6 * len(self.verdicts), "generations": self.generations,
+            "generated_tokens": self.generated_tokens,
             "agreement": _mean([self.k[t.id] / len(self.responses[t.id]) for t in admitted]),
             "proposer_reward": _mean(list(self.rewards.values())), "solver_reward": _mean(self.solver_rewards),
             "losses": losses, "loss": losses.get("proposer" if self.phase == "proposer" else "main"),
             "response_tokens": _mean(self.response_tokens),
             "searches_per_rollout": _mean([sum(x["action"] == "search" for x in d.turns) for d in self.drafts.values()]),
-            "rollout_s": round(rollout_s, 3), "update_s": round(update_s, 3),
+            "rollout_s": round(rollout_s, 3), "update_s": round(update_s, 3), "device": device,
         }
 
 
@@ -189,8 +206,7 @@ class _Loop:
             trajs = run_batch([Question(t.id, "proposer", "", ()) for t in group], engines["proposer"], self.retriever, budget,
                               user_prompts=[proposer.prompt(t) for t in group])
             s.drafts.update((t.id, tr) for t, tr in zip(group, trajs, strict=True))
-        s.generations += len(tasks)
-        s.response_tokens = [sum(len(self.tokens.text_ids(x["generated"])) for x in s.drafts[t.id].turns) for t in tasks]
+        s.response_tokens = [self._spent(s, [s.drafts[t.id]]) for t in tasks]
         for t in tasks:
             s.proposals[t.id] = proposer.parse(s.drafts[t.id].turns, t.hops)
             s.formats[t.id] = proposer.format_score(c["proposer_format"], s.drafts[t.id].turns, s.proposals[t.id])
@@ -219,8 +235,9 @@ class _Loop:
         users = [p for t, q in zip(candidates, questions) for p in
                  [msv.source_aware_prompt(q, t.contents)] * msv.SAMPLES + [user_prompt(q)] * msv.SAMPLES]
         asked = [Question(f"{t.id}#msv{j}", "msv", q, ()) for t, q in zip(candidates, questions) for j in range(2 * msv.SAMPLES)]
-        answers = [tr.prediction for tr in run_batch(asked, engine, self.retriever, self.knobs, user_prompts=users)]
-        s.generations += len(asked)
+        trajs = run_batch(asked, engine, self.retriever, self.knobs, user_prompts=users)
+        self._spent(s, trajs)
+        answers = [tr.prediction for tr in trajs]
         for i, t in enumerate(candidates):
             mine = answers[i * 2 * msv.SAMPLES : (i + 1) * 2 * msv.SAMPLES]
             s.verdicts[t.id] = v = msv.admit(mine[: msv.SAMPLES], mine[msv.SAMPLES :])
@@ -228,12 +245,17 @@ class _Loop:
                 s.labels[t.id] = v.label
 
     def _answers(self, s: _Step, tasks: list[Task], engine: Backend, name: str) -> dict[str, list[Trajectory]]:
-        """`samples_per_prompt` sampled protocol-v1 answers of each admitted question by one solver."""
-        asked = [Question(f"{t.id}#{name}#{j}", "self-evolution", s.proposals[t.id].question, (s.labels[t.id],))
-                 for t in tasks for j in range(self.m)]
-        trajs = run_batch(asked, engine, self.retriever, self.knobs)
-        s.generations += len(asked)
-        return {t.id: trajs[i * self.m : (i + 1) * self.m] for i, t in enumerate(tasks)}
+        answers = solver_answers([(t.id, s.proposals[t.id].question, s.labels[t.id]) for t in tasks], engine, self.retriever,
+                                 self.knobs, self.m, name)
+        self._spent(s, [tr for trs in answers for tr in trs])
+        return {t.id: trs for t, trs in zip(tasks, answers)}
+
+    def _spent(self, s: _Step, trajs: list[Trajectory]) -> int:
+        """Count the trajectories and their generated tokens in the step's cost; returns the tokens."""
+        n = sum(len(self.tokens.text_ids(turn["generated"])) for tr in trajs for turn in tr.turns)
+        s.generations += len(trajs)
+        s.generated_tokens += n
+        return n
 
     def updates(self, s: _Step, engines: dict[str, Backend], step_role: Callable[[str, list], float]) -> dict[str, float]:
         c, losses = self.config, {}
@@ -249,13 +271,9 @@ class _Loop:
                 continue
             own = [t for t in mine if s.scorers[t.id] != name]
             samples = {**{t.id: s.responses[t.id] for t in mine if s.scorers[t.id] == name}, **self._answers(s, own, engines[name], name)}
-            episodes = []
-            for group, t in enumerate(mine):
-                for tr in samples[t.id]:
-                    r = reward(c["reward"]["kind"], tr.prediction, [s.labels[t.id]], tr.turns, **{k: v for k, v in c["reward"].items() if k != "kind"})
-                    if name == "main":
-                        s.solver_rewards.append(r)
-                    episodes.append(encode_episode(self.tokens, tr.prompt, tr.turns, r, group))
+            episodes = solver_episodes(self.tokens, c, [(samples[t.id], s.labels[t.id]) for t in mine])
+            if name == "main":
+                s.solver_rewards += [e.reward for e in episodes]
             losses[name] = step_role(name, episodes)
             for t in mine:
                 self.provenance.add(name, s.folds[t.id], t.source_id)
