@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from harness.cli_output import one_line_errors, console
 from harness.leaderboard.cli import compare_cmd, leaderboard
 from harness.protocol import Knobs
+from training.audit_cli import audit_cmd, replay_cmd
 from training.cli import train_cmd
 
 DEFAULTS = Knobs()
@@ -162,6 +163,8 @@ def serve_model(ckpt, name, host, port, device, dtype, threads) -> None:
 main.add_command(leaderboard)
 main.add_command(compare_cmd)
 main.add_command(train_cmd)
+main.add_command(audit_cmd)
+main.add_command(replay_cmd)
 
 if __name__ == "__main__":
     main()

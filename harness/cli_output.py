@@ -14,6 +14,9 @@ console = Console(stderr=True)
 class one_line_errors:
     """Turn a CfbenchError into one line on stderr and exit 2; Ctrl-C into a resume hint and exit 130."""
 
+    def __init__(self, resume_hint: str = "finished batches are saved; rerun with --resume to continue") -> None:
+        self.resume_hint = resume_hint
+
     def __enter__(self):
         return self
 
@@ -22,6 +25,6 @@ class one_line_errors:
             console.print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
             sys.exit(2)
         if kind is KeyboardInterrupt:
-            console.print("interrupted: finished batches are saved; rerun with --resume to continue", highlight=False)
+            console.print(f"interrupted: {self.resume_hint}", highlight=False)
             sys.exit(130)
         return False

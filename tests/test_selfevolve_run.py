@@ -143,3 +143,30 @@ def test_msv_answers_every_candidate_6_times_and_admits_by_its_majorities(tmp_pa
         assert r["draft_label"] and (r["scorer"] == "main") == r["admitted"]
     [metrics] = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert metrics["msv_generations"] == 6 * len(candidates) and metrics["admitted"] + metrics["rejected"] == len(candidates)
+
+
+def test_audit_and_cost_of_the_real_crossfit_run(crossfit_run, tmp_path):
+    """The audit reads what a real run wrote. Gold per source: its title, which the scripted proposals ask for."""
+    from harness.corpus import load_corpus
+    from training.audit import audit_run
+    from training.audit_report import run_cost
+    from training.judge import GoldJudge
+
+    rows = audit(crossfit_run)
+    corpus = load_corpus()
+    titled = {r["source_id"]: r["source"].partition("\n")[0].strip('"') for r in rows}
+    labelled = tmp_path / "labelled.jsonl"
+    labelled.write_text("".join(json.dumps({"id": i, "contents": c, "answers": [titled[i]]}) + "\n"
+                                for i, c in zip(corpus.ids, corpus.contents) if i in titled))
+    record = audit_run(crossfit_run, GoldJudge(labelled), tmp_path / "judged")
+    metrics = [json.loads(line) for line in (crossfit_run / "metrics.jsonl").read_text().splitlines()]
+    assert [s["pairs"] for s in record["steps"]] == [5 * m["admitted"] for m in metrics]
+    judged = [json.loads(x) for p in sorted((tmp_path / "judged").glob("step-*.jsonl")) for x in p.read_text().splitlines()]
+    resolved = [q for q in judged if q["reference"]["status"] == "resolved"]
+    assert resolved and all(q["label"]["correct"] for q in resolved)  # the label is the title: right wherever it is in the text
+    for s in record["steps"]:
+        assert s["F"] in (0.0, None) and s["L"] in (0.0, None)  # a right label leaves no false agreement or lost credit
+    cost = run_cost(crossfit_run, record)
+    assert cost["generations"] == sum(m["generations"] for m in metrics) and cost["generated_tokens"] > 0 and cost["device"] == "cpu"
+    # generations per step: the proposer's, then 5 scoring answers per admitted question, and training answers of solvers that did not score
+    assert all(m["generations"] >= m["tasks"] + 5 * m["admitted"] for m in metrics)

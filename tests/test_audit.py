@@ -1,0 +1,154 @@
+"""The audit's arithmetic on constructed records: references, verdicts, per-step and per-round rates, reports, errors."""
+
+import json
+import struct
+
+import pytest
+from click.testing import CliRunner
+
+from harness.cli import main
+from harness.errors import CfbenchError
+from tests.audit_runs import CASES, make_run
+from training.audit import audit_run, rates, round_means
+from training.audit_report import write_report
+from training.judge import GoldJudge, JudgeCache, parse_reference, parse_verdict, slug
+
+SOURCE = '"Mount Everest"\nMount Everest is the highest mountain.\nIts height is 8849   metres.'
+
+
+def test_reference_needs_a_quote_from_the_source():
+    ok = parse_reference("<quote>its HEIGHT is 8849 metres</quote> <reference>8849 metres</reference>", SOURCE)
+    assert (ok.status, ok.answer, ok.reason) == ("resolved", "8849 metres", None)  # case and spacing do not matter
+    cases = {
+        "<quote>Its height is 9000 metres</quote><reference>9000 metres</reference>": "the quote is not in the source",
+        "<reference>8849 metres</reference>": "no <quote> of the source",
+        "<quote>Its height is 8849 metres</quote><reference>Unresolved.</reference>": "the judge found no support in the source",
+        "The mountain is 8849 metres high.": "no <reference> answer",
+        "<quote>x</quote><reference>  </reference>": "no <reference> answer",
+        "<quote>height is</quote><reference>8849 metres</reference>": "the quote is under 3 words and does not hold the answer",
+    }
+    for output, reason in cases.items():
+        ref = parse_reference(output, SOURCE)
+        assert (ref.status, ref.reason) == ("unresolved", reason), output
+    # a thinking block is dropped, and an echo of the instructions loses to the judge's own last span
+    echoed = ("<think>maybe <reference>unresolved</reference></think> Copy between <quote> and </quote>, answer between <reference> "
+              "and </reference>.\n<quote>8849 metres</quote><reference>8,849 m</reference>")
+    assert parse_reference(echoed, SOURCE).to_json() == {"status": "resolved", "answer": "8,849 m", "quote": "8849 metres", "reason": None}
+
+
+def test_verdict_parsing():
+    outputs = ["Yes.", "no, it is not", " YES", "Maybe", "", "The answer is yes", "<think>It is not.</think>\nYes"]
+    assert [parse_verdict(x) for x in outputs] == [True, False, True, None, None, None, True]
+
+
+def test_gold_judge_references_and_verdicts(tmp_path):
+    run = make_run(tmp_path / "run")
+    judge = GoldJudge(run / "corpus.jsonl")
+    rows = [{"source_id": s, "source": r["source"], "question": "?"} for s, r in
+            [("everest", CASES[1][1]), ("nile", CASES[1][2]), ("moon", CASES[3][0])]]
+    everest, nile, moon = judge.references(rows)
+    assert (everest.status, everest.answer, everest.quote) == ("resolved", "8849 metres", "Its height is 8849 metres above sea level.")
+    assert nile.reason == "the source has no gold answer" and moon.reason == "no gold answer occurs in a sentence of the source"
+    verdicts = judge.verdicts([(rows[0], everest, c) for c in ["8,849 m", "8849 Metres.", "8000 metres", " "]])
+    assert [(v.correct, v.by) for v in verdicts] == [(True, "gold"), (True, "match"), (False, "gold"), (False, "empty")]
+
+
+def test_step_and_round_rates_by_hand(tmp_path):
+    run = make_run(tmp_path / "run")
+    record = audit_run(run, GoldJudge(run / "corpus.jsonl"), tmp_path / "judged")
+    steps = {s["step"]: s for s in record["steps"]}
+    assert steps[1] | {"coverage": round(steps[1]["coverage"], 6)} == {
+        "step": 1, "round": 1, "phase": "proposer", "questions": 3, "resolved_questions": 2, "pairs": 15, "resolved_pairs": 10,
+        "coverage": round(10 / 15, 6), "T_P": 0.5, "T_S": 0.5, "A": 0.5, "F": 0.2, "L": 0.2}
+    # every response agrees with a wrong label: all agreement is false agreement
+    assert {k: steps[2][k] for k in ("T_P", "T_S", "A", "F", "L", "coverage")} == {"T_P": 0.0, "T_S": 0.0, "A": 1.0, "F": 1.0, "L": 0.0, "coverage": 1.0}
+    assert {k: steps[3][k] for k in ("T_P", "F", "resolved_pairs", "coverage")} == {"T_P": None, "F": None, "resolved_pairs": 0, "coverage": 0.0}
+    r1, r2 = record["rounds"]
+    assert r1["steps"] == 2 and r1["steps_with_pairs"] == 2
+    assert pytest.approx([r1[k] for k in ("T_P", "T_S", "A", "F", "L", "coverage")]) == [0.25, 0.25, 0.75, 0.6, 0.1, (10 / 15 + 1) / 2]
+    assert r2["F"] is None and r2["coverage"] == 0.0 and r2["steps_with_pairs"] == 0
+    judged = [json.loads(x) for x in (tmp_path / "judged" / "step-1.jsonl").read_text().splitlines()]
+    assert [q["task_id"] for q in judged] == ["s1-t0", "s1-t1", "s1-t2"]  # the rejected draft is not a pair
+    assert judged[2]["reference"]["status"] == "unresolved" and judged[2]["label"] is None
+    assert [x["matches_label"] for x in judged[0]["responses"]] == [True, True, False, False, True]
+    # a response that matches the label shares its verdict, so F stays inside A; only the others are judged
+    assert judged[0]["label"]["by"] == "match" and [x["by"] for x in judged[0]["responses"]] == ["label", "label", "gold", "empty", "label"]
+    assert [x["by"] for x in judged[1]["responses"]] == ["label", "label", "match", "gold", "gold"]
+
+
+def test_a_round_is_the_mean_of_its_step_rates_not_of_pairs():
+    # step 1: 1 of 1 pair false agreement; step 2: 0 of 9. Pooled pairs would give 0.1, the protocol's mean of rates 0.5.
+    steps = [{"step": 1, "round": 1, "resolved_pairs": 1, "coverage": 1.0, "T_P": 0.0, "T_S": 0.0, "A": 1.0, "F": 1.0, "L": 0.0},
+             {"step": 2, "round": 1, "resolved_pairs": 9, "coverage": 1.0, "T_P": 1.0, "T_S": 1.0, "A": 1.0, "F": 0.0, "L": 0.0}]
+    assert round_means(steps)[0]["F"] == 0.5
+
+
+def test_unreadable_verdict_leaves_the_pair_unresolved():
+    judged = [{"reference": {"status": "resolved"}, "label": {"correct": False},
+               "responses": [{"correct": None, "matches_label": True}, {"correct": False, "matches_label": True}]}]
+    r = rates(judged)
+    assert (r["pairs"], r["resolved_pairs"], r["coverage"], r["F"]) == (2, 1, 0.5, 1.0)
+
+
+def test_report_tables_plot_and_cost_ratios(tmp_path):
+    dr = make_run(tmp_path / "dr", "dr-zero", generations=10, tokens=100)
+    msv = make_run(tmp_path / "msv", "msv", generations=25, tokens=300)
+    records = [audit_run(run, GoldJudge(run / "corpus.jsonl"), run / "judged") for run in (dr, msv)]
+    write_report(records, [dr, msv], tmp_path / "report")
+    md = (tmp_path / "report" / "audit.md").read_text()
+    assert "| dr-zero | 1 | 2/2 | 0.250 | 0.250 | 0.750 | 0.600 | 0.100 | 0.833 |" in md
+    assert "| msv | 2 | 0/1 | - | - | - | - | - | 0.000 |" in md
+    png = (tmp_path / "report" / "trajectory.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24]) == (1100, 700)
+    costs = {c["treatment"]: c for c in json.loads((tmp_path / "report" / "cost.json").read_text())["costs"]}
+    assert costs["msv"]["generations_per_candidate"] == 75 / 6 and costs["msv"]["msv_generations"] == 36
+    assert costs["msv"]["ratio_to_dr_zero"]["generations"] == 2.5 and costs["msv"]["ratio_to_dr_zero"]["generated_tokens"] == 3.0
+    assert costs["dr-zero"]["ratio_to_dr_zero"]["wall_s"] == 1.0 and costs["msv"]["ratio_to_dr_zero"]["msv_generations"] is None
+    assert costs["dr-zero"]["wall_s"] == 108.0 and costs["dr-zero"]["accelerator_hours"] == 0.03
+    rows = (tmp_path / "report" / "steps.csv").read_text().splitlines()
+    assert rows[0].startswith("treatment,step,round,phase") and len(rows) == 1 + 6
+
+
+def test_cli_audits_several_runs_into_one_report(tmp_path):
+    runs = [make_run(tmp_path / name, name) for name in ("dr-zero", "crossfit")]
+    result = CliRunner().invoke(main, ["audit", *map(str, runs), "--judge", "reference", "--report", str(tmp_path / "report")])
+    assert result.exit_code == 0, result.output
+    assert "| crossfit | 1 | 2/2 | 0.250" in result.stdout
+    assert (runs[1] / "judged" / "reference" / "audit.json").is_file() and (tmp_path / "report" / "cost.md").is_file()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--judge", "gpt4"], "unknown --judge 'gpt4'; use openai:MODEL@URL, hf:MODEL_OR_DIR or reference"),
+    (["--judge", "openai:qwen"], "--judge 'openai:qwen': write openai:MODEL@URL"),
+])
+def test_bad_judge_spec(tmp_path, args, message):
+    run = make_run(tmp_path / "run")
+    result = CliRunner().invoke(main, ["audit", str(run), *args])
+    lines = [x for x in result.stderr.splitlines() if x.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and message in lines[0]
+
+
+def test_audit_refuses_a_run_without_audit_records(tmp_path):
+    (tmp_path / "sr1").mkdir()
+    (tmp_path / "sr1" / "config.json").write_text(json.dumps({"treatment": "search-r1"}))
+    result = CliRunner().invoke(main, ["audit", str(tmp_path / "sr1"), "--judge", "reference"])
+    assert result.exit_code == 2 and "a 'search-r1' run has no audit/ records" in result.stderr
+
+
+def test_cache_survives_a_torn_last_line_and_refuses_damage_elsewhere(tmp_path):
+    path = tmp_path / "cache.jsonl"
+    JudgeCache(path).add({"a": "yes", "b": "no"})
+    with path.open("a") as fh:
+        fh.write('{"key": "c", "outp')  # a crash mid-write
+    cache = JudgeCache(path)
+    assert cache.outputs == {"a": "yes", "b": "no"}
+    cache.add({"c": "yes"})  # appended after the cut, not onto the torn line
+    assert JudgeCache(path).outputs == {"a": "yes", "b": "no", "c": "yes"}
+    path.write_text('{"key": "a"\n{"key": "b", "output": "no"}\n')
+    with pytest.raises(CfbenchError, match="cache.jsonl:1: not a judge cache entry"):
+        JudgeCache(path)
+
+
+def test_judge_slugs():
+    assert slug("openai:Qwen/Qwen3-8B@http://h:8000/v1") == "openai-Qwen-Qwen3-8B"
+    assert slug("hf:/models/judge") == "hf-models-judge" and slug("reference") == "reference"

@@ -1,0 +1,78 @@
+"""Fixed-bank replay for real: SmolLM2-135M feedback solvers trained on a small saved bank, judged by gold answers.
+
+The bank (tests/audit_runs.py's labelled corpus): s1-t0 from `paris` (fold 1), s1-t1 from `everest`,
+s2-t0 from `nile` and s2-t1 from `moon` (fold 0), in batches of 2. Only the feedback solver's
+provenance differs between variants, and what each scorer had trained on is checked from the record.
+"""
+
+import json
+
+import pytest
+
+from harness.errors import CfbenchError
+from tests.audit_runs import make_run, row
+from training import replay as replay_mod
+from training.answers import matches
+from training.judge import GoldJudge
+from training.replay import replay
+
+BANK = {1: [row(1, 1, 0, "paris", "Paris", [], "Which city is the capital of France?"),
+            row(1, 1, 1, "everest", "8000 metres", [], "How high is Mount Everest?"),
+            row(1, 1, 2, "moon", None, [])],  # rejected: not in the bank
+        2: [row(2, 1, 0, "nile", "north", [], "Which way does the Nile flow?"),
+            row(2, 1, 1, "moon", "Apollo 11", [], "Which mission landed on the Moon?")]}
+SMALL = {"samples_per_prompt": 2, "prompts_per_step": 2, "micro_batch": 4,
+         "knobs": {"topk": 1, "max_searches": 1, "max_new_tokens": 16, "max_obs_tokens": 32, "max_context_tokens": 1024}}
+VARIANTS = ["source-id", "same-source", "full-data", "half-budget"]
+
+
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("replay")
+    run = make_run(tmp / "run", "dr-zero", cases=BANK, overrides=SMALL)
+    return run, tmp / "out", replay(run, 4, VARIANTS, GoldJudge(run / "corpus.jsonl"), tmp / "out", epochs=1)
+
+
+def test_provenance_of_each_feedback_variant(replayed):
+    _, out, summary = replayed
+    v = summary["variants"]
+    assert [json.loads(x)["task_id"] for x in (out / "bank.jsonl").read_text().splitlines()] == ["s1-t0", "s1-t1", "s2-t0", "s2-t1"]
+    # source-id: every question is scored by the solver trained on the other fold, which never saw its source
+    assert v["source-id"]["scorer_trained_on_source"] == 0.0 and v["source-id"]["updates"] == {"aux-0": 2, "aux-1": 1}
+    assert v["same-source"]["scorer_trained_on_source"] == 1.0 and v["full-data"]["scorer_trained_on_source"] == 1.0
+    assert v["full-data"]["updates"] == {"aux-all": 2}
+    assert v["half-budget"]["updates"] == {"aux-0": 1, "aux-1": 1} and v["half-budget"]["scorer_trained_on_source"] == 0.0
+    scorers = {q["task_id"]: q for q in json.loads((out / "source-id.json").read_text())["judged"]}
+    assert set(scorers) == {"s1-t0", "s1-t1", "s2-t0", "s2-t1"}
+
+
+def test_false_agreement_counted_from_the_judged_answers(replayed):
+    _, out, summary = replayed
+    for variant in VARIANTS:
+        result = json.loads((out / f"{variant}.json").read_text())
+        pairs = [(q["label"]["correct"], x["correct"], matches(x["prediction"], q["adopted_label"]))
+                 for q in result["judged"] if q["label"] for x in q["responses"]]
+        assert len(pairs) == result["resolved_pairs"] == 4 and result["pairs"] == 8  # nile and moon have no gold in their source
+        assert result["T_P"] == 0.5  # Paris right, 8000 metres wrong: the labels are the bank's, whatever the solver
+        assert result["F"] == sum(agree and not lab and not res for lab, res, agree in pairs) / 4
+        assert summary["variants"][variant]["F"] == result["F"]
+    assert "| source-id |" in (out / "replay.md").read_text()
+
+
+def test_finished_variants_are_kept_on_rerun(replayed, monkeypatch):
+    run, out, summary = replayed
+
+    def no_training(*args):
+        raise AssertionError("a finished variant was trained again")
+
+    monkeypatch.setattr(replay_mod, "feedback", no_training)
+    assert replay(run, 4, VARIANTS[:2], GoldJudge(run / "corpus.jsonl"), out, epochs=1)["variants"] == {
+        k: summary["variants"][k] for k in VARIANTS[:2]}
+
+
+def test_bank_errors(replayed):
+    run, out, _ = replayed
+    with pytest.raises(CfbenchError, match=r"--bank 5 asks for more questions than the run admitted \(4\); pass --bank 4 or less"):
+        replay(run, 5, ["source-id"], GoldJudge(run / "corpus.jsonl"), out, epochs=1)
+    with pytest.raises(CfbenchError, match="holds another bank"):
+        replay(run, 3, ["source-id"], GoldJudge(run / "corpus.jsonl"), out, epochs=1)
