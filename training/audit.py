@@ -23,6 +23,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from harness import jsonl
 from harness.errors import CfbenchError
 from harness.runrecord import dumps, write_atomic
 from training.answers import MATCHER, matches
@@ -69,16 +70,8 @@ def out_dir(path: Path, what: str) -> Path:
 
 def saved_steps(run: Path) -> list[tuple[int, list[dict]]]:
     """(step, rows) of every audit/step-N.jsonl, in step order."""
-    found = []
-    for path in (run / "audit").glob("step-*.jsonl"):
-        rows = []
-        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise CfbenchError(f"{path}:{lineno}: not valid JSON ({err.msg}); the run's audit record is damaged") from None
-        found.append((int(path.stem.split("-")[1]), rows))
+    found = [(int(path.stem.split("-")[1]), [row for _, row in jsonl.iter_rows(path, jsonl.read_bytes(path))])
+             for path in (run / "audit").glob("step-*.jsonl")]
     if not found:
         raise CfbenchError(f"{run}/audit holds no step-N.jsonl records yet; audit the run after its first step")
     return sorted(found, key=lambda x: x[0])
@@ -149,8 +142,9 @@ def audit_run(run: Path, judge, out: Path, on_step: Callable[[int], None] = lamb
     config = run_config(run)
     out_dir(out, "audit output")
     saved = saved_steps(run)
+    numbers = {step for step, _ in saved}
     for stale in out.glob("step-*.jsonl"):  # judged steps a resumed run has since replaced or dropped
-        if int(stale.stem.split("-")[1]) not in {step for step, _ in saved}:
+        if int(stale.stem.split("-")[1]) not in numbers:
             stale.unlink()
     steps = []
     for step, rows in saved:
