@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from harness.backends.hf import HFBackend
 from harness.checkpoints import resolve
@@ -21,3 +22,23 @@ def bm25(bundled_corpus):
 def smollm2() -> HFBackend:
     """The real bundled model (SmolLM2-135M-Instruct), loaded once for every test that needs it."""
     return HFBackend.load(resolve("smollm2-135m"))
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory):
+    """A randomly initialised 2-layer Llama (3.2M parameters) with SmolLM2's tokenizer and chat template.
+
+    For tests about what a training run routes, records and resumes rather than what its model
+    knows: every role's checkpoint is megabytes, where SmolLM2-135M's is 1.6 GB with its optimizer.
+    """
+    from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM
+
+    base = resolve("smollm2-135m").location
+    config = AutoConfig.from_pretrained(base)
+    config.update({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+                   "num_key_value_heads": 1, "head_dim": 32})
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(config).save_pretrained(out)
+    AutoTokenizer.from_pretrained(base).save_pretrained(out)
+    return out

@@ -1,13 +1,16 @@
-"""Self-evolution for real: SmolLM2-135M proposer and solvers, BM25 over the bundled corpus, accelerate on CPU.
+"""Self-evolution for real: BM25 over the bundled corpus, accelerate on CPU, solvers that sample, train and resume.
 
 SmolLM2-135M writes no well-formed `<question>`/`<answer>` proposal (measured: format 0 over whole
 cpu-smoke runs), so nothing would be admitted and no solver would ever score or train. The tests
 about admission, scoring and provenance therefore script the proposer's text, and only that: the
-solvers answer with the real model, train on what they answered, and are checkpointed and resumed.
+solvers answer with a real model, train on what they answered, and are checkpointed and resumed.
+The CLI run and MSV use SmolLM2-135M; the CrossFit routing runs (4 roles, two checkpoints) use the
+tiny random Llama of conftest.py, whose checkpoints are megabytes instead of 6.5 GB each.
 """
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 
@@ -69,14 +72,15 @@ def tokens():
 
 
 @pytest.fixture(scope="module")
-def crossfit_run(tmp_path_factory, tokens):
+def crossfit_run(tmp_path_factory, tokens, tiny_llama):
     """CrossFit for one round and the next round's proposer step, stopped after step 2 and resumed."""
     out = tmp_path_factory.mktemp("se") / "crossfit"
-    train(config("crossfit", 2, 2), out, proposer_engine=scripted(tokens))
+    train(config("crossfit", 2, 2) | {"model": str(tiny_llama)}, out, proposer_engine=scripted(tokens))
     folds = (out / FOLDS_FILE).read_bytes()
-    train(config("crossfit", 4, 2), out, resume=True, proposer_engine=scripted(tokens))
+    train(config("crossfit", 4, 2) | {"model": str(tiny_llama)}, out, resume=True, proposer_engine=scripted(tokens))
     assert (out / FOLDS_FILE).read_bytes() == folds  # decided once, reused on restart
-    return out
+    yield out
+    shutil.rmtree(out)
 
 
 def test_folds_are_per_source_and_stable_across_rounds_and_restarts(crossfit_run):
@@ -100,9 +104,17 @@ def test_crossfit_never_scores_a_question_with_a_solver_trained_on_its_fold(cros
     assert provenance["aux-0"]["folds"] == [0] and provenance["aux-1"]["folds"] == [1] and provenance["main"]["folds"] == [0, 1]
 
 
-def test_the_same_source_control_is_caught_by_the_provenance(tmp_path, tokens):
+def test_only_the_latest_checkpoint_keeps_a_resume_state_and_it_holds_no_second_copy_of_the_weights(crossfit_run):
+    early, late = crossfit_run / "checkpoint-2", crossfit_run / "checkpoint-4"
+    assert not (early / "state").exists() and all((early / d / "model.safetensors").is_file() for d in ("", "proposer", "aux-0", "aux-1"))
+    saved = sorted(p.name for p in (late / "state").iterdir())
+    assert [n for n in saved if n.startswith("optimizer")] == ["optimizer.bin", "optimizer_1.bin", "optimizer_2.bin", "optimizer_3.bin"]
+    assert not [n for n in saved if n.endswith((".safetensors", ".bin")) and n.startswith("model")]
+
+
+def test_the_same_source_control_is_caught_by_the_provenance(tmp_path, tokens, tiny_llama):
     out = tmp_path / "same-source"
-    train(config("crossfit", 4, 4, control="same-source"), out, proposer_engine=scripted(tokens))
+    train(config("crossfit", 4, 4, control="same-source") | {"model": str(tiny_llama)}, out, proposer_engine=scripted(tokens))
     late = [r for r in audit(out) if r["step"] == 4 and r["admitted"]]
     assert late and all(r["scorer"] == f"aux-{r['fold']}" for r in late)
     assert any(r["fold"] in r["scorer_provenance"]["trained_on_folds"] for r in late)
@@ -145,8 +157,8 @@ def test_msv_answers_every_candidate_6_times_and_admits_by_its_majorities(tmp_pa
     assert metrics["msv_generations"] == 6 * len(candidates) and metrics["admitted"] + metrics["rejected"] == len(candidates)
 
 
-def test_audit_and_cost_of_the_real_crossfit_run(crossfit_run, tmp_path):
-    """The audit reads what a real run wrote. Gold per source: its title, which the scripted proposals ask for."""
+def test_audit_and_cost_of_the_crossfit_run(crossfit_run, tmp_path):
+    """The audit reads what a training run wrote. Gold per source: its title, which the scripted proposals ask for."""
     from harness.corpus import load_corpus
     from training.audit import audit_run
     from training.audit_report import run_cost

@@ -26,9 +26,19 @@ def metrics(run) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def two_steps(tmp_path_factory):
-    out = tmp_path_factory.mktemp("train") / "search-r1"
-    cfbench("train", "--treatment", "search-r1", "--scale", "cpu-smoke", "--steps", "2", "--save-every", "1", "--out", str(out))
-    return out
+    """Two saved steps, and beside them a copy of the run as it stood after step 1 (what a crash there leaves)."""
+    from training.trainer import train
+
+    root = tmp_path_factory.mktemp("train")
+    out = root / "search-r1"
+
+    def snapshot(row):
+        if row["step"] == 1:
+            shutil.copytree(out, root / "after-step-1")
+
+    train(load_config("search-r1", "cpu-smoke", 2, 1), out, on_step=snapshot)
+    yield out
+    shutil.rmtree(root)
 
 
 def test_a_step_changes_the_weights_and_records_everything(two_steps):
@@ -45,13 +55,16 @@ def test_a_step_changes_the_weights_and_records_everything(two_steps):
     rollouts = [json.loads(line) for line in (two_steps / "rollouts" / "step-1.jsonl").read_text().splitlines()]
     assert len(rollouts) == 5 and len({r["turns"][0]["generated"] for r in rollouts}) == 5  # sampled, not greedy
     assert (two_steps / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # one resume state, in the latest checkpoint: optimizer, scheduler and RNG; the weights only as the HF model
+    assert not (two_steps / "checkpoint-1" / "state").exists() and (two_steps / "checkpoint-1" / "model.safetensors").is_file()
+    state = sorted(p.name for p in (two_steps / "checkpoint-2" / "state").iterdir())
+    assert "optimizer.bin" in state and "scheduler.bin" in state and not [n for n in state if n.startswith("model")]
 
 
 def test_resume_gives_the_uninterrupted_next_step(two_steps, tmp_path):
     cut = tmp_path / "cut"
-    shutil.copytree(two_steps, cut)
-    shutil.rmtree(cut / "checkpoint-2")
-    (cut / "rollouts" / "step-2.jsonl").unlink()
+    shutil.copytree(two_steps.parent / "after-step-1", cut)
+    assert sorted(p.name for p in cut.glob("checkpoint-*")) == ["checkpoint-1"] and (cut / "checkpoint-1" / "state").is_dir()
     with (cut / "metrics.jsonl").open("a") as fh:  # a crash after logging step 2 but before its checkpoint
         fh.write(json.dumps({"step": 2, "loss": 123.0}) + "\n")
     cfbench("train", "--treatment", "search-r1", "--scale", "cpu-smoke", "--steps", "2", "--save-every", "1", "--out", str(cut), "--resume")
@@ -63,6 +76,7 @@ def test_resume_gives_the_uninterrupted_next_step(two_steps, tmp_path):
     assert load_file(cut / "checkpoint-2" / "model.safetensors").keys() == load_file(two_steps / "checkpoint-2" / "model.safetensors").keys()
     a, b = load_file(cut / "checkpoint-2" / "model.safetensors"), load_file(two_steps / "checkpoint-2" / "model.safetensors")
     assert all((a[k] == b[k]).all() for k in a)
+    assert not (cut / "checkpoint-1" / "state").exists()  # superseded once checkpoint-2 was in place
 
 
 def test_the_checkpoint_is_scored_by_eval_unchanged(two_steps, tmp_path):
@@ -92,12 +106,16 @@ def test_bad_training_input_is_one_line_and_overwrites_nothing(tmp_path):
     run.mkdir()
     (run / "config.json").write_text(json.dumps(load_config("base", "cpu-smoke")))
     (run / "keep.txt").write_text("finished work")
+    pruned = tmp_path / "pruned"  # a run whose latest checkpoint lost its resume state
+    (pruned / "checkpoint-3").mkdir(parents=True)
+    (pruned / "config.json").write_text(json.dumps(load_config("search-r1", "cpu-smoke")))
     for args, message in [
         (["--treatment", "nope"], "unknown treatment 'nope'"),
         (["--treatment", "search-r1", "--scale", "huge"], "has no scale 'huge'"),
         (["--treatment", "search-r1", "--out", str(run)], "already holds files; pass --resume"),
         (["--treatment", "search-r1", "--out", str(run), "--resume"], "holds a 'base' run, not 'search-r1'"),
         (["--treatment", "search-r1", "--out", str(tmp_path / "empty"), "--resume"], "holds no training run"),
+        (["--treatment", "search-r1", "--scale", "cpu-smoke", "--out", str(pruned), "--resume"], "checkpoint-3 has no state/"),
     ]:
         code, lines = train_cli(*args, *([] if "--out" in args else ["--out", str(tmp_path / "x")]))
         assert code == 2 and len(lines) == 1 and message in lines[0], (args, lines)

@@ -4,7 +4,10 @@ A role (the Search-R1 policy; Dr. Zero's proposer, main solver and auxiliary sol
 the starting model prepared by accelerate with its own AdamW and constant-with-warmup schedule.
 `save` writes checkpoint-N atomically: the main policy as a plain HF model at the top (what `cfbench
 eval --ckpt` scores), other roles as HF models in sub-directories, and accelerate's state of every
-role (model, optimizer, scheduler, RNG) in state/ for --resume.
+role (optimizer, scheduler, RNG) in state/ for --resume. The weights are stored once, as the HF
+models: `resume_from` rebuilds each role from them and `restore` adds the rest. Only the latest
+checkpoint keeps state/ (resume always starts there); once a newer one is in place, an older
+one's state/ is removed and its HF models and record stay for eval.
 """
 
 from __future__ import annotations
@@ -34,10 +37,11 @@ class Learner:
     scheduler: object
 
 
-def learner(config: dict, ckpt: ResolvedCheckpoint, accelerator) -> Learner:
+def learner(config: dict, weights: str | Path, accelerator) -> Learner:
+    """A role whose model starts from the HF model at `weights` (a directory or hub id)."""
     from transformers import AutoModelForCausalLM, get_constant_schedule_with_warmup
 
-    model = AutoModelForCausalLM.from_pretrained(ckpt.location, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config["learning_rate"], weight_decay=config["weight_decay"])
     scheduler = get_constant_schedule_with_warmup(optimizer, config["warmup_steps"])
     return Learner(*accelerator.prepare(model, optimizer, scheduler))
@@ -76,6 +80,23 @@ def checkpoints(out: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def resume_from(out: Path, start: int, ckpt: ResolvedCheckpoint, name: str) -> str | Path:
+    """Where role `name` ("" = the main policy) takes its weights: the starting model, or checkpoint-`start`'s copy."""
+    return out / f"checkpoint-{start}" / name if start else ckpt.location
+
+
+def restore(accelerator, checkpoint: Path) -> None:
+    """Optimizer, scheduler and RNG state of every role from checkpoint/state; the weights came with `resume_from`.
+
+    States written before the weights were stored once still hold model files; they are not read.
+    """
+    handle = accelerator.register_load_state_pre_hook(lambda models, input_dir: models.clear())
+    try:
+        accelerator.load_state(str(checkpoint / "state"))
+    finally:
+        handle.remove()
+
+
 def save(accelerator, roles: dict[str, Learner], tokenizer, out: Path, step: int, record: dict) -> Path:
     """checkpoint-N written beside, then moved into place: a crash never leaves a half checkpoint.
 
@@ -90,12 +111,19 @@ def save(accelerator, roles: dict[str, Learner], tokenizer, out: Path, step: int
             accelerator.unwrap_model(role.model).save_pretrained(tmp / name, safe_serialization=True)
             tokenizer.save_pretrained(tmp / name)
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp / "state"))
+    handle = accelerator.register_save_state_pre_hook(lambda models, weights, output_dir: weights.clear())  # stored once, above
+    try:
+        accelerator.save_state(str(tmp / "state"))
+    finally:
+        handle.remove()
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         write_atomic(tmp / TRAIN_RECORD, dumps({"step": step, **record}) + "\n")
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
+        for older, path in checkpoints(out):
+            if older < step:
+                shutil.rmtree(path / "state", ignore_errors=True)
     accelerator.wait_for_everyone()
     return final
 

@@ -133,7 +133,7 @@ def feedback(config: dict, bank: list[dict], folds: dict[str, int], variant: str
     ckpt = resolve(config["model"])
     tokenizer = AutoTokenizer.from_pretrained(ckpt.location)
     tokens = PromptTokens(tokenizer)
-    roles = {name: learner(config, ckpt, accelerator) for name in names}
+    roles = {name: learner(config, ckpt.location, accelerator) for name in names}
     provenance = crossfit.Provenance(names)
     retriever = retriever_for(config["retriever"], None if config["corpus"] == "bundled" else corpus_path(config))
     knobs, m, size = Knobs(**config["knobs"]), config["samples_per_prompt"], config["prompts_per_step"]

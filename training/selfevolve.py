@@ -44,7 +44,7 @@ from harness.suite import Question
 from training import crossfit, msv, proposer
 from training.answers import MATCHER, matches
 from training.episodes import encode_episode
-from training.learner import TRAIN_RECORD, append_row, keep_rows_before, learner, sampler, save, update
+from training.learner import TRAIN_RECORD, append_row, keep_rows_before, learner, restore, resume_from, sampler, save, update
 from training.plots import SELF_EVOLUTION_PANELS, plot_curves
 from training.rewards import reward
 from training.sources import Task, pool_folds, source_pool, tasks_for_step
@@ -79,10 +79,11 @@ def self_evolve(config: dict, out: Path, start: int, resume: bool, accelerator, 
     tokenizer = AutoTokenizer.from_pretrained(ckpt.location)
     tokens = PromptTokens(tokenizer)
     solver_names = crossfit.solvers(config["crossfit"], config["control"])
-    roles = {name: learner(config, ckpt, accelerator) for name in ["main", "proposer", *solver_names[1:]]}
+    roles = {name: learner(config, resume_from(out, start, ckpt, "" if name == "main" else name), accelerator)
+             for name in ["main", "proposer", *solver_names[1:]]}
     provenance = crossfit.Provenance(solver_names)
     if start:
-        accelerator.load_state(str(out / f"checkpoint-{start}" / "state"))
+        restore(accelerator, out / f"checkpoint-{start}")
         provenance = crossfit.Provenance(solver_names, json.loads((out / f"checkpoint-{start}" / TRAIN_RECORD).read_text())["provenance"])
     keep_rows_before(out / "metrics.jsonl", start)
     for stale in (out / "audit").glob("step-*.jsonl"):

@@ -1,8 +1,8 @@
 """`cfbench train`: GRPO over protocol-v1 rollouts, with resumable checkpoints an eval can score as they are.
 
 Built on accelerate: the same loop runs on one CPU (tests, cpu-smoke) and on many GPUs under
-`accelerate launch` with DeepSpeed or FSDP; accelerate saves and restores model, optimizer,
-scheduler and RNG state. Rollouts reuse the evaluation agent loop (same prompt, parsing, retrieval
+`accelerate launch` with DeepSpeed or FSDP; accelerate saves and restores optimizer, scheduler
+and RNG state, the weights resume from the checkpoint's HF model. Rollouts reuse the evaluation agent loop (same prompt, parsing, retrieval
 and budget) through the hf engine, sampling at the config's temperature from a generator seeded by
 (seed, step), so a resumed run draws the same rollouts as an uninterrupted one. This module holds
 the Search-R1 loop; the self-evolution treatments run training/selfevolve.py; both share
@@ -12,7 +12,7 @@ Run directory (Search-R1):
     config.json                 the treatment config (every knob), fixed for the run
     metrics.jsonl               one row per step: reward, loss, lengths, searches, wall time split
     rollouts/step-N.jsonl       every sampled trajectory with its reward
-    checkpoint-N/               HF model + tokenizer + cfbench_train.json, and state/ for --resume
+    checkpoint-N/               HF model + tokenizer + cfbench_train.json, and state/ for --resume (latest only)
     curves.png                  the metrics as plots
 """
 
@@ -38,7 +38,8 @@ from harness.protocol import Knobs
 from harness.runrecord import dumps, write_atomic
 from harness.suite import Question
 from training.episodes import encode_episode
-from training.learner import TRAIN_RECORD, append_row, checkpoints, keep_rows_before, learner, sampler, save, update
+from training.learner import (TRAIN_RECORD, append_row, checkpoints, keep_rows_before, learner, restore, resume_from, sampler,
+                              save, update)
 from training.plots import plot_curves
 from training.rewards import reward
 from training.treatments import SELF_EVOLUTION
@@ -63,6 +64,8 @@ def check_out(config: dict, out: Path, resume: bool) -> int:
         key = differing[0]
         raise CfbenchError(f"--resume: knob {key} was {old.get(key)!r} in {saved}, now {config.get(key)!r}; resume with the run's own settings")
     done = checkpoints(out)
+    if done and not (done[-1][1] / "state").is_dir():
+        raise CfbenchError(f"--resume: {done[-1][1]} has no state/; resume needs the latest checkpoint as the run wrote it (move the run's later files back or start a new --out)")
     return done[-1][0] if done else 0
 
 
@@ -104,9 +107,9 @@ def _search_r1(config: dict, out: Path, start: int, accelerator, on_step: Callab
     torch.manual_seed(config["seed"])
     ckpt = resolve(config["model"])
     tokenizer = AutoTokenizer.from_pretrained(ckpt.location)
-    policy = learner(config, ckpt, accelerator)
+    policy = learner(config, resume_from(out, start, ckpt, ""), accelerator)
     if start:
-        accelerator.load_state(str(out / f"checkpoint-{start}" / "state"))
+        restore(accelerator, out / f"checkpoint-{start}")
     if main:
         keep_rows_before(out / "metrics.jsonl", start)
 
