@@ -1,8 +1,9 @@
 """`cfbench train`: GRPO over protocol-v1 rollouts, with resumable checkpoints an eval can score as they are.
 
-Built on accelerate: the same loop runs on one CPU (tests, cpu-smoke) and on many GPUs under
-`accelerate launch` with DeepSpeed or FSDP; accelerate saves and restores optimizer, scheduler
-and RNG state, the weights resume from the checkpoint's HF model. Rollouts reuse the evaluation agent loop (same prompt, parsing, retrieval
+Built on accelerate: the same loop runs on one CPU (tests, cpu-smoke) and data-parallel on many
+GPUs under `accelerate launch` (sharded DeepSpeed/FSDP training is not wired yet); accelerate
+saves and restores optimizer, scheduler and RNG state, and the weights resume from the
+checkpoint's HF model. Rollouts reuse the evaluation agent loop (same prompt, parsing, retrieval
 and budget) through the hf engine, sampling at the config's temperature from a generator seeded by
 (seed, step), so a resumed run draws the same rollouts as an uninterrupted one. This module holds
 the Search-R1 loop; the self-evolution treatments run training/selfevolve.py; both share
