@@ -95,6 +95,36 @@ def test_base_is_the_untrained_model(tmp_path):
     assert all((saved[k] == original[k]).all() for k in saved)
 
 
+def test_a_disk_too_small_for_a_checkpoint_is_refused_and_a_failed_save_leaves_the_last_checkpoint_whole(tmp_path, tiny_llama, monkeypatch):
+    from accelerate import Accelerator
+
+    from harness.errors import CfbenchError
+    from training.trainer import train
+
+    config = load_config("search-r1", "cpu-smoke", 2, 1) | {"model": str(tiny_llama)}
+    real = shutil.disk_usage
+    with monkeypatch.context() as patched:  # 10 MB free: a checkpoint of the 3.2M-parameter model with AdamW needs about 55 MB
+        patched.setattr(shutil, "disk_usage", lambda path: real(path)._replace(free=10 << 20))
+        with pytest.raises(CfbenchError, match=r"needs about 0\.06 GB at .* and 0\.01 GB are free; free some space"):
+            train(config, tmp_path / "early")
+    assert sorted(p.name for p in (tmp_path / "early").iterdir()) == ["config.json", "rollouts"]  # no step ran
+
+    run, original = tmp_path / "run", Accelerator.save_state
+
+    def full_disk_at_step_2(self, output_dir, **kwargs):
+        if "checkpoint-2" in output_dir:
+            raise OSError(28, "No space left on device")
+        return original(self, output_dir, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Accelerator, "save_state", full_disk_at_step_2)
+        with pytest.raises(OSError, match="No space left"):
+            train(config, run)
+    assert sorted(p.name for p in run.iterdir() if "checkpoint" in p.name) == ["checkpoint-1"] and (run / "checkpoint-1" / "state").is_dir()
+    train(config, run, resume=True)
+    assert [r["step"] for r in metrics(run)] == [1, 2] and (run / "checkpoint-2" / "state").is_dir()
+
+
 def train_cli(*args):
     result = CliRunner().invoke(main, ["train", *args])
     lines = [line for line in result.stderr.splitlines() if line.strip()]

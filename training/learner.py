@@ -23,6 +23,7 @@ import torch
 
 from harness.backends.hf import HFBackend
 from harness.checkpoints import ResolvedCheckpoint
+from harness.errors import CfbenchError
 from harness.runrecord import dumps, write_atomic
 from training.episodes import Episode, collate
 from training.objective import group_advantages, policy_loss, token_logprobs
@@ -97,26 +98,44 @@ def restore(accelerator, checkpoint: Path) -> None:
         handle.remove()
 
 
+def check_space(roles: dict[str, Learner], out: Path) -> None:
+    """Refuse, before writing, a checkpoint the disk cannot hold: every role's weights and AdamW's two moments.
+
+    Called when a run starts (fail before the work, not after it) and before every save.
+    """
+    need = sum(3 * p.numel() * p.element_size() for role in roles.values() for p in role.model.parameters()) + (16 << 20) * len(roles)
+    free = shutil.disk_usage(out).free
+    if free < need:
+        raise CfbenchError(f"a checkpoint of this run needs about {need / 1e9:.2f} GB at {out} and {free / 1e9:.2f} GB are free; "
+                           "free some space, then run again (--resume continues from the last checkpoint, which is intact)")
+
+
 def save(accelerator, roles: dict[str, Learner], tokenizer, out: Path, step: int, record: dict) -> Path:
     """checkpoint-N written beside, then moved into place: a crash never leaves a half checkpoint.
 
     roles[""] is the main policy (top level); other names become sub-directories. The main process
-    writes the HF models; every process adds its part of the accelerate state.
+    writes the HF models; every process adds its part of the accelerate state. A failed write
+    (a full disk, say) removes what it had written.
     """
+    check_space(roles, out)
     final = out / f"checkpoint-{step}"
     tmp = out / f".checkpoint-{step}.tmp"
-    if accelerator.is_main_process:
-        shutil.rmtree(tmp, ignore_errors=True)
-        for name, role in roles.items():
-            accelerator.unwrap_model(role.model).save_pretrained(tmp / name, safe_serialization=True)
-            tokenizer.save_pretrained(tmp / name)
-    accelerator.wait_for_everyone()
-    handle = accelerator.register_save_state_pre_hook(lambda models, weights, output_dir: weights.clear())  # stored once, above
     try:
-        accelerator.save_state(str(tmp / "state"))
-    finally:
-        handle.remove()
-    accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)
+            for name, role in roles.items():
+                accelerator.unwrap_model(role.model).save_pretrained(tmp / name, safe_serialization=True)
+                tokenizer.save_pretrained(tmp / name)
+        accelerator.wait_for_everyone()
+        handle = accelerator.register_save_state_pre_hook(lambda models, weights, output_dir: weights.clear())  # stored once, above
+        try:
+            accelerator.save_state(str(tmp / "state"))
+        finally:
+            handle.remove()
+        accelerator.wait_for_everyone()
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if accelerator.is_main_process:
         write_atomic(tmp / TRAIN_RECORD, dumps({"step": step, **record}) + "\n")
         shutil.rmtree(final, ignore_errors=True)

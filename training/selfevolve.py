@@ -44,7 +44,8 @@ from harness.suite import Question
 from training import crossfit, msv, proposer
 from training.answers import MATCHER, matches
 from training.episodes import encode_episode
-from training.learner import TRAIN_RECORD, append_row, keep_rows_before, learner, restore, resume_from, sampler, save, update
+from training.learner import (TRAIN_RECORD, append_row, check_space, keep_rows_before, learner, restore, resume_from, sampler,
+                              save, update)
 from training.plots import SELF_EVOLUTION_PANELS, plot_curves
 from training.rewards import reward
 from training.sources import Task, pool_folds, source_pool, tasks_for_step
@@ -81,6 +82,7 @@ def self_evolve(config: dict, out: Path, start: int, resume: bool, accelerator, 
     solver_names = crossfit.solvers(config["crossfit"], config["control"])
     roles = {name: learner(config, resume_from(out, start, ckpt, "" if name == "main" else name), accelerator)
              for name in ["main", "proposer", *solver_names[1:]]}
+    check_space(roles, out)
     provenance = crossfit.Provenance(solver_names)
     if start:
         restore(accelerator, out / f"checkpoint-{start}")

@@ -39,8 +39,8 @@ from harness.protocol import Knobs
 from harness.runrecord import dumps, write_atomic
 from harness.suite import Question
 from training.episodes import encode_episode
-from training.learner import (TRAIN_RECORD, append_row, checkpoints, keep_rows_before, learner, restore, resume_from, sampler,
-                              save, update)
+from training.learner import (TRAIN_RECORD, append_row, check_space, checkpoints, keep_rows_before, learner, restore, resume_from,
+                              sampler, save, update)
 from training.plots import plot_curves
 from training.rewards import reward
 from training.treatments import SELF_EVOLUTION
@@ -109,6 +109,7 @@ def _search_r1(config: dict, out: Path, start: int, accelerator, on_step: Callab
     ckpt = resolve(config["model"])
     tokenizer = AutoTokenizer.from_pretrained(ckpt.location)
     policy = learner(config, resume_from(out, start, ckpt, ""), accelerator)
+    check_space({"": policy}, out)
     if start:
         restore(accelerator, out / f"checkpoint-{start}")
     if main:
