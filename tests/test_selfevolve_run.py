@@ -72,15 +72,17 @@ def tokens():
 
 
 @pytest.fixture(scope="module")
-def crossfit_run(tmp_path_factory, tokens, tiny_llama):
-    """CrossFit for one round and the next round's proposer step, stopped after step 2 and resumed."""
+def crossfit_run(tmp_path_factory, request, tokens, tiny_llama):
+    """CrossFit for one round and the next round's proposer step, stopped after step 2 and resumed (kept if a test fails)."""
     out = tmp_path_factory.mktemp("se") / "crossfit"
     train(config("crossfit", 2, 2) | {"model": str(tiny_llama)}, out, proposer_engine=scripted(tokens))
     folds = (out / FOLDS_FILE).read_bytes()
     train(config("crossfit", 4, 2) | {"model": str(tiny_llama)}, out, resume=True, proposer_engine=scripted(tokens))
     assert (out / FOLDS_FILE).read_bytes() == folds  # decided once, reused on restart
+    failed = request.session.testsfailed
     yield out
-    shutil.rmtree(out)
+    if request.session.testsfailed == failed:
+        shutil.rmtree(out)
 
 
 def test_folds_are_per_source_and_stable_across_rounds_and_restarts(crossfit_run):

@@ -15,11 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from accelerate.utils import broadcast_object_list
 
 from harness.backends.hf import HFBackend
 from harness.checkpoints import ResolvedCheckpoint
@@ -77,8 +79,14 @@ def update(role: Learner, accelerator, episodes: list[Episode], config: dict, pa
 
 
 def checkpoints(out: Path) -> list[tuple[int, Path]]:
-    found = [(int(p.name.split("-")[1]), p) for p in out.glob("checkpoint-*") if p.name.split("-")[1].isdigit()]
-    return sorted(found)
+    """The run's checkpoint-N directories by step (a copy named checkpoint-3-old is not one)."""
+    return sorted((int(m.group(1)), p) for p in out.glob("checkpoint-*") if (m := re.fullmatch(r"checkpoint-(\d+)", p.name)))
+
+
+def drop_partial_saves(out: Path) -> None:
+    """Remove what a save killed mid-write left (.checkpoint-N.tmp): never a checkpoint, and it holds disk."""
+    for partial in out.glob(".checkpoint-*.tmp"):
+        shutil.rmtree(partial)
 
 
 def resume_from(out: Path, start: int, ckpt: ResolvedCheckpoint, name: str) -> str | Path:
@@ -98,13 +106,14 @@ def restore(accelerator, checkpoint: Path) -> None:
         handle.remove()
 
 
-def check_space(roles: dict[str, Learner], out: Path) -> None:
+def check_space(accelerator, roles: dict[str, Learner], out: Path) -> None:
     """Refuse, before writing, a checkpoint the disk cannot hold: every role's weights and AdamW's two moments.
 
-    Called when a run starts (fail before the work, not after it) and before every save.
+    Called when a run starts (fail before the work, not after it) and before every save. The main
+    process reads the free space and every process decides on that number, so all stop together.
     """
     need = sum(3 * p.numel() * p.element_size() for role in roles.values() for p in role.model.parameters()) + (16 << 20) * len(roles)
-    free = shutil.disk_usage(out).free
+    [free] = broadcast_object_list([shutil.disk_usage(out).free if accelerator.is_main_process else None])
     if free < need:
         raise CfbenchError(f"a checkpoint of this run needs about {need / 1e9:.2f} GB at {out} and {free / 1e9:.2f} GB are free; "
                            "free some space, then run again (--resume continues from the last checkpoint, which is intact)")
@@ -117,12 +126,11 @@ def save(accelerator, roles: dict[str, Learner], tokenizer, out: Path, step: int
     writes the HF models; every process adds its part of the accelerate state. A failed write
     (a full disk, say) removes what it had written.
     """
-    check_space(roles, out)
+    check_space(accelerator, roles, out)
     final = out / f"checkpoint-{step}"
     tmp = out / f".checkpoint-{step}.tmp"
     try:
         if accelerator.is_main_process:
-            shutil.rmtree(tmp, ignore_errors=True)
             for name, role in roles.items():
                 accelerator.unwrap_model(role.model).save_pretrained(tmp / name, safe_serialization=True)
                 tokenizer.save_pretrained(tmp / name)

@@ -82,7 +82,7 @@ def self_evolve(config: dict, out: Path, start: int, resume: bool, accelerator, 
     solver_names = crossfit.solvers(config["crossfit"], config["control"])
     roles = {name: learner(config, resume_from(out, start, ckpt, "" if name == "main" else name), accelerator)
              for name in ["main", "proposer", *solver_names[1:]]}
-    check_space(roles, out)
+    check_space(accelerator, roles, out)
     provenance = crossfit.Provenance(solver_names)
     if start:
         restore(accelerator, out / f"checkpoint-{start}")

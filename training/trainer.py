@@ -39,8 +39,8 @@ from harness.protocol import Knobs
 from harness.runrecord import dumps, write_atomic
 from harness.suite import Question
 from training.episodes import encode_episode
-from training.learner import (TRAIN_RECORD, append_row, check_space, checkpoints, keep_rows_before, learner, restore, resume_from,
-                              sampler, save, update)
+from training.learner import (TRAIN_RECORD, append_row, check_space, checkpoints, drop_partial_saves, keep_rows_before, learner,
+                              restore, resume_from, sampler, save, update)
 from training.plots import plot_curves
 from training.rewards import reward
 from training.treatments import SELF_EVOLUTION
@@ -65,7 +65,7 @@ def check_out(config: dict, out: Path, resume: bool) -> int:
         key = differing[0]
         raise CfbenchError(f"--resume: knob {key} was {old.get(key)!r} in {saved}, now {config.get(key)!r}; resume with the run's own settings")
     done = checkpoints(out)
-    if done and not (done[-1][1] / "state").is_dir():
+    if done and done[-1][0] and not (done[-1][1] / "state").is_dir():
         raise CfbenchError(f"--resume: {done[-1][1]} has no state/; resume needs the latest checkpoint as the run wrote it (move the run's later files back or start a new --out)")
     return done[-1][0] if done else 0
 
@@ -87,6 +87,7 @@ def train(config: dict, out: Path, *, resume: bool = False, on_step: Callable[[d
     if accelerator.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
         write_atomic(out / "config.json", dumps(config) + "\n")
+        drop_partial_saves(out)
     if config["treatment"] == "base":
         return _save_base(config, out) if accelerator.is_main_process else out / "checkpoint-0"
     if config["treatment"] in SELF_EVOLUTION:
@@ -109,7 +110,7 @@ def _search_r1(config: dict, out: Path, start: int, accelerator, on_step: Callab
     ckpt = resolve(config["model"])
     tokenizer = AutoTokenizer.from_pretrained(ckpt.location)
     policy = learner(config, resume_from(out, start, ckpt, ""), accelerator)
-    check_space({"": policy}, out)
+    check_space(accelerator, {"": policy}, out)
     if start:
         restore(accelerator, out / f"checkpoint-{start}")
     if main:
