@@ -37,8 +37,9 @@ def tiny_llama(tmp_path_factory):
     config = AutoConfig.from_pretrained(base)
     config.update({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
                    "num_key_value_heads": 1, "head_dim": 32})
-    torch.manual_seed(0)
     out = tmp_path_factory.mktemp("tiny-llama")
-    LlamaForCausalLM(config).save_pretrained(out)
+    with torch.random.fork_rng():  # seeded weights without reseeding what later tests draw
+        torch.manual_seed(0)
+        LlamaForCausalLM(config).save_pretrained(out)
     AutoTokenizer.from_pretrained(base).save_pretrained(out)
     return out
