@@ -44,6 +44,27 @@ def git_commit() -> str | None:
     return head + ("+dirty" if dirty else "")
 
 
+def host() -> dict:
+    """Where a segment ran. Float kernels differ across CPU instruction sets and GPUs, so a run
+    finished on several machines says which part ran where."""
+    import torch
+
+    cpu = next((line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")), platform.processor())
+    return {
+        "machine": platform.machine(),
+        "cpu": cpu or None,
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+    }
+
+
+def _cpuinfo() -> list[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return []
+
+
 def trajectory_row(traj) -> dict:
     q = traj.question
     prediction = traj.prediction
@@ -121,6 +142,7 @@ def evaluate(
             "started": datetime.fromtimestamp(started, timezone.utc).isoformat(),
             "ended": datetime.now(timezone.utc).isoformat(),
             "questions": done_now,
+            "host": host(),
         })
 
     rows = [finished[q.id] for q in questions]
@@ -133,6 +155,7 @@ def evaluate(
         "git_commit": git_commit(),
         "wall_time_s": round(sum(_seconds(s) for s in segments), 3),
         "segments": len(segments),
+        "hosts": _distinct(s["host"] for s in segments if "host" in s),
     }
     run.write_results(results)
     return results
@@ -148,6 +171,14 @@ def run_stats(rows: list[dict]) -> dict:
         "invalid_turns_per_question": sum(t["action"] == "invalid" for t in turns) / n,
         "generations_per_question": len(turns) / n,
     }
+
+
+def _distinct(items) -> list:
+    seen: list = []
+    for item in items:
+        if item not in seen:
+            seen.append(item)
+    return seen
 
 
 def _seconds(segment: dict) -> float:

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from harness.errors import CfbenchError
-from harness.evaluate import evaluate
+from harness import evaluate as evaluate_module
+from harness.evaluate import evaluate, host
 from harness.protocol import Knobs
 from harness.suite import load_suite
 from scripted import ScriptedBackend, question_of
@@ -65,6 +66,20 @@ def test_interrupted_run_resumes_to_the_same_record(tmp_path, suite, bm25):
     assert resumed["scores"] == reference["scores"]
     assert (tmp_path / "cut" / "trajectories.jsonl").read_bytes() == (tmp_path / "full" / "trajectories.jsonl").read_bytes()
     assert resumed["segments"] == 2
+
+
+def test_each_segment_says_which_machine_ran_it(tmp_path, suite, bm25, monkeypatch):
+    here = host()
+    assert here["torch_cpu_capability"] and here["machine"]
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "r", suite, bm25, backend=Interrupting(n=5))
+    elsewhere = {**here, "cpu": "another CPU", "torch_cpu_capability": "AVX2"}
+    monkeypatch.setattr(evaluate_module, "host", lambda: elsewhere)
+    resumed = run(tmp_path / "r", suite, bm25, resume=True)
+    segments = [json.loads(line) for line in (tmp_path / "r" / "segments.jsonl").read_text().splitlines()]
+    assert [s["host"] for s in segments] == [here, elsewhere]
+    assert resumed["hosts"] == [here, elsewhere]
+    assert json.loads((tmp_path / "r" / "results.json").read_text())["hosts"] == [here, elsewhere]
 
 
 def test_torn_lines_and_partial_batches_are_redone(tmp_path, suite, bm25):
