@@ -70,7 +70,7 @@ def cli(*args, **kw):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["SIGINT", "SIGTERM", "SIGKILL"])
 def test_killed_cli_run_resumes_to_the_uninterrupted_result(tmp_path, small_suite, sig):
     reference = tmp_path / "reference"
     done = cli("--suite", str(small_suite), "--out", str(reference), *CLI_KNOBS)
@@ -85,14 +85,19 @@ def test_killed_cli_run_resumes_to_the_uninterrupted_result(tmp_path, small_suit
         time.sleep(0.05)
     os.kill(proc.pid, sig)
     code = proc.wait(timeout=120)
-    if sig == signal.SIGINT:
+    segments = out / "segments.jsonl"
+    if sig == signal.SIGKILL:
+        assert code == -signal.SIGKILL and not segments.exists()
+    else:  # the interrupted session is recorded: its time counts in the run's wall time
         assert code == 130 and "rerun with --resume" in proc.stderr.read()
+        assert json.loads(segments.read_text())["questions"] >= 2
     assert record.read_text().count("\n") < 8
     resumed = cli("--suite", str(small_suite), "--out", str(out), "--resume", *CLI_KNOBS)
     assert resumed.wait(timeout=600) == 0, resumed.stderr.read()
     assert record.read_bytes() == (reference / "trajectories.jsonl").read_bytes()
     ref_scores = json.loads((reference / "results.json").read_text())["scores"]
     assert json.loads((out / "results.json").read_text())["scores"] == ref_scores
+    assert json.loads((out / "results.json").read_text())["segments"] == (1 if sig == signal.SIGKILL else 2)
 
 
 def test_kv_reuse_across_turns_changes_nothing(smollm2, bm25, small_suite, monkeypatch):
