@@ -36,6 +36,21 @@ def dumps(obj) -> str:
     return json.dumps(obj, ensure_ascii=False, sort_keys=True)
 
 
+# Where an input lives is not what it is: when its hash is recorded, a resume may find it elsewhere
+# (another cache directory, a moved checkpoint) as long as the hash is the same.
+MOVABLE = {("model", "model_location"): "weights_sha256", ("suite", "path"): "sha256", ("retriever", "corpus"): "corpus_sha256"}
+
+
+def _identity(config: dict) -> dict:
+    """The config without the locations of inputs that a recorded hash identifies."""
+    config = json.loads(dumps(config))
+    for (section, key), hash_key in MOVABLE.items():
+        part = config.get(section)
+        if isinstance(part, dict) and part.get(hash_key):
+            part.pop(key, None)
+    return config
+
+
 def _diff(old: dict, new: dict, prefix: str = "") -> str | None:
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key), new.get(key)
@@ -61,7 +76,7 @@ class RunDir:
             if not resume:
                 raise CfbenchError(f"{self.path} already holds a run; pass --resume to continue it or choose another --out")
             old = json.loads(existing.read_text())
-            mismatch = _diff(old, json.loads(dumps(config)))
+            mismatch = _diff(_identity(old), _identity(config))
             if mismatch:
                 raise CfbenchError(f"{existing}: cannot resume, the settings differ ({mismatch}); use a new --out")
             return self._load_rows()

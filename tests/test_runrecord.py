@@ -111,6 +111,37 @@ def test_resume_with_other_settings_is_refused(tmp_path, suite, bm25):
         evaluate(suite, ScriptedBackend(policy), bm25, Knobs(topk=5), tmp_path / "r", batch_size=16, resume=True)
 
 
+def test_resume_finds_hashed_inputs_in_a_new_place_but_not_changed_ones(tmp_path, suite, bm25):
+    run(tmp_path / "r", suite, bm25)
+    config = tmp_path / "r" / "run.json"
+    recorded = json.loads(config.read_text())
+    moved = {**recorded, "suite": {**recorded["suite"], "path": "/elsewhere/fixed.jsonl"},
+             "retriever": {**recorded["retriever"], "corpus": "/elsewhere/corpus.jsonl.gz"}}
+    config.write_text(json.dumps(moved))
+    assert run(tmp_path / "r", suite, bm25, resume=True)["suite"]["path"] == recorded["suite"]["path"]
+    config.write_text(json.dumps({**moved, "suite": {**moved["suite"], "sha256": "0" * 64}}))
+    with pytest.raises(CfbenchError, match=r"settings differ \(suite.sha256: run has '0000"):
+        run(tmp_path / "r", suite, bm25, resume=True)
+
+
+def test_a_model_is_known_by_its_weights_hash_and_by_its_location_only_without_one(tmp_path, suite, bm25):
+    class Located(ScriptedBackend):
+        def __init__(self, location, sha):
+            super().__init__(policy)
+            self.location, self.sha = location, sha
+
+        def describe(self):
+            return {**super().describe(), "model_location": self.location, "weights_sha256": self.sha}
+
+    evaluate(suite, Located("/cache-a/m", "ab" * 32), bm25, Knobs(), tmp_path / "r", batch_size=16)
+    evaluate(suite, Located("/cache-b/m", "ab" * 32), bm25, Knobs(), tmp_path / "r", batch_size=16, resume=True)
+    with pytest.raises(CfbenchError, match=r"model.weights_sha256: run has 'abab"):
+        evaluate(suite, Located("/cache-a/m", "cd" * 32), bm25, Knobs(), tmp_path / "r", batch_size=16, resume=True)
+    evaluate(suite, Located("org/hub-model", None), bm25, Knobs(), tmp_path / "h", batch_size=16)
+    with pytest.raises(CfbenchError, match=r"model.model_location: run has 'org/hub-model', now 'org/other'"):
+        evaluate(suite, Located("org/other", None), bm25, Knobs(), tmp_path / "h", batch_size=16, resume=True)
+
+
 def test_a_corrupt_line_inside_the_record_stops_resume(tmp_path, suite, bm25):
     run(tmp_path / "r", suite, bm25)
     path = tmp_path / "r" / "trajectories.jsonl"
