@@ -228,3 +228,11 @@ def test_committed_leaderboard_is_what_its_runs_build(tmp_path):
     build(copy)
     for name in OUTPUTS:
         assert (copy / name).read_bytes() == (committed / name).read_bytes(), f"{name}: rerun cfbench leaderboard build"
+
+
+def test_committed_leaderboard_holds_smollm2_over_the_whole_suite():
+    suite = load_suite("fixed1325")
+    runs = [load_run(d) for d in sorted((REPO / "leaderboards" / "fixed1325" / "runs").iterdir())]
+    whole = [r for r in runs if r.results["model"]["model"] == "smollm2-135m" and r.results["suite"]["sha256"] == suite.sha256]
+    assert whole, "leaderboards/fixed1325/runs holds no SmolLM2-135M run on the bundled fixed1325 suite"
+    assert [row["id"] for row in whole[0].rows] == [q.id for q in suite.questions]
