@@ -18,20 +18,20 @@ import time
 
 import httpx
 
-from harness.agent import run_batch
-from harness.backends.hf import HFBackend
-from harness.backends.openai import OpenAIBackend
-from harness.checkpoints import resolve
-from harness.protocol import Knobs
-from harness.retrievers.choose import retriever_for
-from harness.suite import load_suite
+from cfbench.harness.agent import run_batch
+from cfbench.harness.backends.hf import HFBackend
+from cfbench.harness.backends.openai import OpenAIBackend
+from cfbench.harness.checkpoints import resolve
+from cfbench.harness.protocol import Knobs
+from cfbench.harness.retrievers.choose import retriever_for
+from cfbench.harness.suite import load_suite
 
 
 def served(ckpt: str) -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "serve-model", "--ckpt", ckpt, "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "cfbench.harness.cli", "serve-model", "--ckpt", ckpt, "--port", str(port)],
                             stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/v1"
     while True:

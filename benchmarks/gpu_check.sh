@@ -30,7 +30,7 @@ import json, sys
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-from harness.corpus import load_corpus
+from cfbench.harness.corpus import load_corpus
 
 out = sys.argv[1]
 texts = load_corpus().contents[:5000]

@@ -24,12 +24,12 @@ import bm25s
 import numpy as np
 from rank_bm25 import BM25Okapi
 
-from harness.corpus import load_corpus
-from harness.paths import TASKS_DIR
-from harness.retrievers.bm25 import PARAMS, stemmer
-from harness.retrievers.http import HTTPRetriever
-from harness.retrievers.index import build_index, default_index, open_index
-from harness.retrievers.ranking import top_k
+from cfbench.harness.corpus import load_corpus
+from cfbench.harness.paths import TASKS_DIR
+from cfbench.harness.retrievers.bm25 import PARAMS, stemmer
+from cfbench.harness.retrievers.http import HTTPRetriever
+from cfbench.harness.retrievers.index import build_index, default_index, open_index
+from cfbench.harness.retrievers.ranking import top_k
 
 
 def timed(fn):
@@ -91,7 +91,7 @@ def main() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     index = default_index(corpus, "bm25")
-    server = subprocess.Popen([sys.executable, "-m", "harness.cli", "retriever", "serve", "--index", str(index), "--port", str(port)],
+    server = subprocess.Popen([sys.executable, "-m", "cfbench.harness.cli", "retriever", "serve", "--index", str(index), "--port", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
     try:
         for _ in range(600):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from training.treatments import load_config
+from cfbench.training.treatments import load_config
 
 CORPUS = [
     {"id": "paris", "contents": '"Paris"\nParis is the capital of France. It lies on the Seine.', "answers": ["Paris"]},

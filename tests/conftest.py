@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from harness.backends.hf import HFBackend
-from harness.checkpoints import resolve
-from harness.corpus import load_corpus
-from harness.retrievers.index import default_index, open_index
+from cfbench.harness.backends.hf import HFBackend
+from cfbench.harness.checkpoints import resolve
+from cfbench.harness.corpus import load_corpus
+from cfbench.harness.retrievers.index import default_index, open_index
 
 
 @pytest.fixture(scope="session")

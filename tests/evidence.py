@@ -2,7 +2,7 @@
 
 import json
 
-from harness.paths import TASKS_DIR
+from cfbench.harness.paths import TASKS_DIR
 
 
 def top3_recall(retriever, benchmark: str) -> float:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.metrics import BENCHMARKS, METRIC_VERSION, aggregate
-from harness.protocol import PROTOCOL_VERSION, Knobs
-from harness.runrecord import CONFIG, RESULTS, TRAJECTORIES, dumps
+from cfbench.harness.metrics import BENCHMARKS, METRIC_VERSION, aggregate
+from cfbench.harness.protocol import PROTOCOL_VERSION, Knobs
+from cfbench.harness.runrecord import CONFIG, RESULTS, TRAJECTORIES, dumps
 
 SUITE = {"name": "fixed1325", "path": "tasks/suites/fixed1325.jsonl", "sha256": "a" * 64}
 RETRIEVER = {"kind": "bm25", "params": {"k1": 0.9, "b": 0.4}, "corpus": "tasks/corpus/bundled.jsonl.gz",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from harness.protocol import cut_at_stop
+from cfbench.harness.protocol import cut_at_stop
 
 USER = re.compile(r"Question: (.*?)\n</user>", re.DOTALL)
 

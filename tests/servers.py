@@ -18,9 +18,9 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def cli_server(args: list[str], health: str = "/health", wait_s: float = 300.0):
-    """Run `python -m harness.cli ARGS --port P`; yields http://127.0.0.1:P once `health` answers 200."""
+    """Run `python -m cfbench.cli ARGS --port P`; yields http://127.0.0.1:P once `health` answers 200."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", *args, "--port", str(port)], env=os.environ.copy(),
+    proc = subprocess.Popen([sys.executable, "-m", "cfbench.harness.cli", *args, "--port", str(port)], env=os.environ.copy(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + wait_s

@@ -1,10 +1,10 @@
 import re
 
-from harness import protocol
-from harness.agent import run_batch
-from harness.evaluate import trajectory_row
-from harness.protocol import Knobs
-from harness.suite import Question
+from cfbench.harness import protocol
+from cfbench.harness.agent import run_batch
+from cfbench.harness.evaluate import trajectory_row
+from cfbench.harness.protocol import Knobs
+from cfbench.harness.suite import Question
 from scripted import ScriptedBackend, question_of
 
 NOBEL = Question("t/nobel", "nq", "who got the first nobel prize in physics", ("Wilhelm Conrad Röntgen",))

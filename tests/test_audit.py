@@ -6,12 +6,12 @@ import struct
 import pytest
 from click.testing import CliRunner
 
-from harness.cli import main
-from harness.errors import CfbenchError
+from cfbench.cli import main
+from cfbench.harness.errors import CfbenchError
 from tests.audit_runs import CASES, make_run
-from training.audit import audit_run, rates, round_means
-from training.audit_report import write_report
-from training.judge import GoldJudge, JudgeCache, parse_reference, parse_verdict, slug
+from cfbench.training.audit.audit import audit_run, rates, round_means
+from cfbench.training.audit.report import write_report
+from cfbench.training.audit.judge import GoldJudge, JudgeCache, parse_reference, parse_verdict, slug
 
 SOURCE = '"Mount Everest"\nMount Everest is the highest mountain.\nIts height is 8849   metres.'
 

@@ -8,11 +8,11 @@ import json
 
 from click.testing import CliRunner
 
-from harness.cli import main
+from cfbench.cli import main
 from tests.audit_runs import CORPUS, SOURCES, make_run, row
 from tests.servers import cli_server
-from training.audit import CACHE_FILE, audit_run
-from training.judge import Reference, judge_for, parse_reference
+from cfbench.training.audit.audit import CACHE_FILE, audit_run
+from cfbench.training.audit.judge import Reference, judge_for, parse_reference
 
 CASES = {1: [row(1, 1, 0, "paris", "Paris", ["Paris", "Lyon"], "Which city is the capital of France?")],
          2: [row(2, 1, 0, "everest", "8000 metres", ["8849 metres", "eight"], "How high is Mount Everest?")]}

@@ -5,9 +5,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from harness import suite as suite_mod
-from harness.cli import main
-from harness.paths import TASKS_DIR
+from cfbench.harness import suite as suite_mod
+from cfbench.cli import main
+from cfbench.harness.paths import TASKS_DIR
 
 
 def run(*args):

@@ -2,8 +2,8 @@ import gzip
 
 import pytest
 
-from harness.corpus import load_corpus
-from harness.errors import CfbenchError
+from cfbench.harness.corpus import load_corpus
+from cfbench.harness.errors import CfbenchError
 
 
 def test_both_row_forms_become_search_r1_contents(tmp_path):

@@ -9,10 +9,10 @@ import httpx
 import pytest
 import requests
 
-from harness.backends.openai import OpenAIBackend, _with_stop
-from harness.evaluate import evaluate
-from harness.protocol import STOP, Knobs
-from harness.suite import load_suite
+from cfbench.harness.backends.openai import OpenAIBackend, _with_stop
+from cfbench.harness.evaluate import evaluate
+from cfbench.harness.protocol import STOP, Knobs
+from cfbench.harness.suite import load_suite
 from servers import cli_server, free_port
 
 MODEL = "smollm2-135m"
@@ -77,7 +77,7 @@ def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(served, bod
 
 
 def test_client_errors_are_one_clear_line(served):
-    from harness.errors import CfbenchError
+    from cfbench.harness.errors import CfbenchError
 
     with pytest.raises(CfbenchError, match=r"does not serve --model 'nope' \(it serves: smollm2-135m\)"):
         OpenAIBackend(served, "nope")
@@ -89,7 +89,7 @@ def test_client_errors_are_one_clear_line(served):
 
 
 def test_client_retries_server_errors_then_fails_loudly(served):
-    from harness.errors import CfbenchError
+    from cfbench.harness.errors import CfbenchError
 
     client = OpenAIBackend(served, MODEL, retries=2)
     client.backoff, calls = 0.01, []

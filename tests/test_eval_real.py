@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.agent import run_batch
-from harness.checkpoints import resolve
-from harness.evaluate import evaluate
-from harness.paths import TASKS_DIR
-from harness.protocol import STOP, Knobs
-from harness.suite import load_suite
+from cfbench.harness.agent import run_batch
+from cfbench.harness.checkpoints import resolve
+from cfbench.harness.evaluate import evaluate
+from cfbench.harness.paths import TASKS_DIR
+from cfbench.harness.protocol import STOP, Knobs
+from cfbench.harness.suite import load_suite
 
 KNOBS = Knobs(max_new_tokens=12, max_searches=1)
 CLI_KNOBS = ["--max-new-tokens", "6", "--max-searches", "1", "--batch-size", "1"]  # 8 batches: a kill lands mid-run even on a loaded machine
@@ -66,7 +66,7 @@ def test_two_runs_are_byte_identical(tmp_path, smollm2, bm25, small_suite):
 
 
 def cli(*args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "harness.cli", "eval", "--ckpt", "smollm2-135m", *args],
+    return subprocess.Popen([sys.executable, "-m", "cfbench.harness.cli", "eval", "--ckpt", "smollm2-135m", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 

@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 from evidence import top3_recall
 
-from harness.corpus import load_corpus
-from harness.errors import CfbenchError
-from harness.retrievers.cache import CachedRetriever
-from harness.retrievers.choose import retriever_for
-from harness.retrievers.encoders import Encoder
-from harness.retrievers.index import SHIPPED, build_index, default_index, open_index, read_manifest
-from harness.retrievers.lucene import require_java21
+from cfbench.harness.corpus import load_corpus
+from cfbench.harness.errors import CfbenchError
+from cfbench.harness.retrievers.cache import CachedRetriever
+from cfbench.harness.retrievers.choose import retriever_for
+from cfbench.harness.retrievers.encoders import Encoder
+from cfbench.harness.retrievers.index import SHIPPED, build_index, default_index, open_index, read_manifest
+from cfbench.harness.retrievers.lucene import require_java21
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_result_cache_answers_reruns(tmp_path, monkeypatch, bm25):
 def test_index_build_cli(tmp_path):
     from click.testing import CliRunner
 
-    from harness.cli import main
+    from cfbench.cli import main
 
     corpus = write(tmp_path / "c.jsonl", [{"id": "a", "title": "Alpha", "text": "first letter"}, {"id": "b", "contents": '"Beta"\nsecond letter'}])
     ok = CliRunner().invoke(main, ["index", "build", "--corpus", str(corpus), "--kind", "bm25", "--out", str(tmp_path / "ix")])

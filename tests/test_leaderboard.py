@@ -10,14 +10,14 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from harness.cli import main
-from harness.evaluate import evaluate
-from harness.leaderboard import stats
-from harness.leaderboard.build import build
-from harness.leaderboard.store import load_run
-from harness.metrics import BENCHMARKS, GROUPS, METRICS
-from harness.protocol import Knobs
-from harness.suite import load_suite
+from cfbench.cli import main
+from cfbench.harness.evaluate import evaluate
+from cfbench.leaderboard import stats
+from cfbench.leaderboard.build import build
+from cfbench.leaderboard.store import load_run
+from cfbench.harness.metrics import BENCHMARKS, GROUPS, METRICS
+from cfbench.harness.protocol import Knobs
+from cfbench.harness.suite import load_suite
 from leaderboard_runs import RETRIEVER, write_run
 from scripted import ScriptedBackend, question_of
 

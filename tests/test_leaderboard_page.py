@@ -8,8 +8,8 @@ import json
 import pytest
 
 from chromium import Chromium
-from harness.leaderboard.build import build
-from harness.leaderboard.store import add, load_run
+from cfbench.leaderboard.build import build
+from cfbench.leaderboard.store import add, load_run
 from leaderboard_runs import write_run
 
 CELLS = """Array.from(document.querySelectorAll("table.sortable[id^=t]")).map(table => ({

@@ -1,6 +1,6 @@
 import pytest
 
-from harness.metrics import aggregate, normalize, score
+from cfbench.harness.metrics import aggregate, normalize, score
 
 
 def test_normalize_lowercases_strips_punctuation_and_articles():

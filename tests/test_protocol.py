@@ -1,9 +1,9 @@
 import pytest
 
-from harness import protocol
-from harness.errors import CfbenchError
-from harness.protocol import Knobs
-from harness.retrievers import Hit
+from cfbench.harness import protocol
+from cfbench.harness.errors import CfbenchError
+from cfbench.harness.protocol import Knobs
+from cfbench.harness.retrievers import Hit
 
 
 def test_prompt_is_search_r1s_and_normalises_the_question():

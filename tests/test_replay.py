@@ -9,12 +9,12 @@ import json
 
 import pytest
 
-from harness.errors import CfbenchError
+from cfbench.harness.errors import CfbenchError
 from tests.audit_runs import make_run, row
-from training import replay as replay_mod
-from training.answers import matches
-from training.judge import GoldJudge
-from training.replay import replay
+from cfbench.training.audit import replay as replay_mod
+from cfbench.training.core.answers import matches
+from cfbench.training.audit.judge import GoldJudge
+from cfbench.training.audit.replay import replay
 
 BANK = {1: [row(1, 1, 0, "paris", "Paris", [], "Which city is the capital of France?"),
             row(1, 1, 1, "everest", "8000 metres", [], "How high is Mount Everest?"),

@@ -6,12 +6,12 @@ import httpx
 import pytest
 import requests
 
-from harness.errors import CfbenchError
-from harness.evaluate import evaluate
-from harness.protocol import Knobs
-from harness.retrievers.http import HTTPRetriever
-from harness.retrievers.index import default_index
-from harness.suite import load_suite
+from cfbench.harness.errors import CfbenchError
+from cfbench.harness.evaluate import evaluate
+from cfbench.harness.protocol import Knobs
+from cfbench.harness.retrievers.http import HTTPRetriever
+from cfbench.harness.retrievers.index import default_index
+from cfbench.harness.suite import load_suite
 from scripted import ScriptedBackend, question_of
 from servers import cli_server, free_port
 
@@ -102,7 +102,7 @@ def test_a_server_that_fails_is_retried_then_reported(server):
 
 
 def test_a_run_record_replays_its_exact_observations(tmp_path, bm25, bundled_corpus):
-    from harness.retrievers.replay import ReplayRetriever
+    from cfbench.harness.retrievers.replay import ReplayRetriever
 
     def policy(context):
         if "<information>Doc" not in context:

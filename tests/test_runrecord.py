@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from harness.errors import CfbenchError
-from harness import evaluate as evaluate_module
-from harness.evaluate import evaluate, host
-from harness.protocol import Knobs
-from harness.suite import load_suite
+from cfbench.harness.errors import CfbenchError
+from cfbench.harness import evaluate as evaluate_module
+from cfbench.harness.evaluate import evaluate, host
+from cfbench.harness.protocol import Knobs
+from cfbench.harness.suite import load_suite
 from scripted import ScriptedBackend, question_of
 
 

@@ -5,13 +5,13 @@ import json
 import pytest
 import torch
 
-from harness.corpus import Corpus
-from harness.errors import CfbenchError
-from training import crossfit, msv, proposer
-from training.objective import group_advantages
-from training.selfevolve import schedule
-from training.sources import FOLDS_FILE, Task, fold_of, pool_folds, source_pool, tasks_for_step
-from training.treatments import load_config
+from cfbench.harness.corpus import Corpus
+from cfbench.harness.errors import CfbenchError
+from cfbench.training.selfevolve import crossfit, msv, proposer
+from cfbench.training.core.objective import group_advantages
+from cfbench.training.selfevolve.run import schedule
+from cfbench.training.selfevolve.sources import FOLDS_FILE, Task, fold_of, pool_folds, source_pool, tasks_for_step
+from cfbench.training.treatments import load_config
 
 
 def test_difficulty_table():

@@ -16,11 +16,11 @@ import sys
 
 import pytest
 
-from harness.protocol import cut_at_stop
-from training.answers import matches
-from training.sources import FOLDS_FILE, fold_of
-from training.treatments import load_config
-from training.trainer import train
+from cfbench.harness.protocol import cut_at_stop
+from cfbench.training.core.answers import matches
+from cfbench.training.selfevolve.sources import FOLDS_FILE, fold_of
+from cfbench.training.treatments import load_config
+from cfbench.training.trainer import train
 
 
 class ScriptedProposer:
@@ -66,7 +66,7 @@ def audit(run) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def tokens():
-    from harness.backends.tokens import PromptTokens
+    from cfbench.harness.backends.tokens import PromptTokens
 
     return PromptTokens.load("smollm2-135m")
 
@@ -124,7 +124,7 @@ def test_the_same_source_control_is_caught_by_the_provenance(tmp_path, tokens, t
 
 def test_a_cli_run_writes_the_shared_checkpoint_layout_and_eval_scores_it(tmp_path):
     out = tmp_path / "dr-zero"
-    run = subprocess.run([sys.executable, "-m", "harness.cli", "train", "--treatment", "dr-zero", "--scale", "cpu-smoke",
+    run = subprocess.run([sys.executable, "-m", "cfbench.harness.cli", "train", "--treatment", "dr-zero", "--scale", "cpu-smoke",
                           "--steps", "3", "--out", str(out)], capture_output=True, text=True, timeout=1200)
     assert run.returncode == 0, run.stderr[-3000:]
     ckpt = out / "checkpoint-3"
@@ -134,7 +134,7 @@ def test_a_cli_run_writes_the_shared_checkpoint_layout_and_eval_scores_it(tmp_pa
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [(r["round"], r["phase"]) for r in rows] == [(1, "proposer"), (1, "solver"), (1, "solver")]
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG" and len(audit(out)) == 12
-    scored = subprocess.run([sys.executable, "-m", "harness.cli", "eval", "--ckpt", str(ckpt), "--suite", "mini",
+    scored = subprocess.run([sys.executable, "-m", "cfbench.harness.cli", "eval", "--ckpt", str(ckpt), "--suite", "mini",
                              "--out", str(tmp_path / "eval"), "--max-new-tokens", "4", "--max-searches", "0"],
                             capture_output=True, text=True, timeout=1200)
     assert scored.returncode == 0, scored.stderr[-3000:]
@@ -142,7 +142,7 @@ def test_a_cli_run_writes_the_shared_checkpoint_layout_and_eval_scores_it(tmp_pa
 
 
 def test_msv_answers_every_candidate_6_times_and_admits_by_its_majorities(tmp_path, tokens):
-    from training import msv
+    from cfbench.training.selfevolve import msv
 
     out = tmp_path / "msv"
     train(config("msv", 1, 1), out, proposer_engine=scripted(tokens))
@@ -161,10 +161,10 @@ def test_msv_answers_every_candidate_6_times_and_admits_by_its_majorities(tmp_pa
 
 def test_audit_and_cost_of_the_crossfit_run(crossfit_run, tmp_path):
     """The audit reads what a training run wrote. Gold per source: its title, which the scripted proposals ask for."""
-    from harness.corpus import load_corpus
-    from training.audit import audit_run
-    from training.audit_report import run_cost
-    from training.judge import GoldJudge
+    from cfbench.harness.corpus import load_corpus
+    from cfbench.training.audit.audit import audit_run
+    from cfbench.training.audit.report import run_cost
+    from cfbench.training.audit.judge import GoldJudge
 
     rows = audit(crossfit_run)
     corpus = load_corpus()

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import suite as suite_mod
-from harness.errors import CfbenchError
-from harness.metrics import BENCHMARKS
-from harness.paths import TASKS_DIR
-from harness.suite import load_suite
+from cfbench.harness import suite as suite_mod
+from cfbench.harness.errors import CfbenchError
+from cfbench.harness.metrics import BENCHMARKS
+from cfbench.harness.paths import TASKS_DIR
+from cfbench.harness.suite import load_suite
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -42,7 +42,7 @@ def test_every_bundled_row_has_provenance_and_aliases():
 def test_builder_reproduces_the_shipped_files_byte_for_byte(tmp_path):
     sources = REPO.parent / "shared" / "data" / "sources"
     assert sources.is_dir(), f"this test rebuilds tasks/ from {sources}: the project's reference data must sit beside the checkout"
-    subprocess.run([sys.executable, "-m", "tasks.build_data", "--sources", str(sources), "--out", str(tmp_path)], cwd=REPO, check=True)
+    subprocess.run([sys.executable, "-m", "cfbench.tasks.build_data", "--sources", str(sources), "--out", str(tmp_path)], cwd=REPO, check=True)
     assert (tmp_path / "manifest.json").read_text() == (TASKS_DIR / "manifest.json").read_text()
     for rel in ("suites/fixed1325.jsonl", "suites/mini.jsonl", "suites/full.jsonl.gz", "corpus/bundled.jsonl.gz", "train/search-r1.jsonl.gz"):
         assert (tmp_path / rel).read_bytes() == (TASKS_DIR / rel).read_bytes(), rel

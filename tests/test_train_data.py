@@ -6,12 +6,12 @@ import types
 import pandas as pd
 import pytest
 
-from harness.errors import CfbenchError
-from harness.metrics import normalize
-from harness.paths import TASKS_DIR
-from harness.suite import load_suite
-from training import data as data_mod
-from training.data import TrainQuestion, load_train_set
+from cfbench.harness.errors import CfbenchError
+from cfbench.harness.metrics import normalize
+from cfbench.harness.paths import TASKS_DIR
+from cfbench.harness.suite import load_suite
+from cfbench.training.core import data as data_mod
+from cfbench.training.core.data import TrainQuestion, load_train_set
 
 
 def manifest_entry() -> dict:

@@ -6,10 +6,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from harness.backends.tokens import PromptTokens
-from training.episodes import collate, encode_episode
-from training.objective import group_advantages, policy_loss, token_logprobs
-from training.rewards import reward
+from cfbench.harness.backends.tokens import PromptTokens
+from cfbench.training.core.episodes import collate, encode_episode
+from cfbench.training.core.objective import group_advantages, policy_loss, token_logprobs
+from cfbench.training.core.rewards import reward
 
 
 def test_loss_equals_the_hand_computed_value():

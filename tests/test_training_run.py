@@ -9,13 +9,13 @@ import pytest
 from click.testing import CliRunner
 from safetensors.torch import load_file
 
-from harness.checkpoints import resolve
-from harness.cli import main
-from training.treatments import load_config, validate
+from cfbench.harness.checkpoints import resolve
+from cfbench.cli import main
+from cfbench.training.treatments import load_config, validate
 
 
 def cfbench(*args, timeout=900):
-    done = subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run([sys.executable, "-m", "cfbench.harness.cli", *args], capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
@@ -31,7 +31,7 @@ def two_steps(tmp_path_factory, request):
     Trained in this process, like the resumed run it is compared with, so both use the same torch
     threads (a float sum's order, hence its last bits, depends on them). Kept when a test failed.
     """
-    from training.trainer import train
+    from cfbench.training.trainer import train
 
     root = tmp_path_factory.mktemp("train")
     out = root / "search-r1"
@@ -68,7 +68,7 @@ def test_a_step_changes_the_weights_and_records_everything(two_steps):
 
 
 def test_resume_gives_the_uninterrupted_next_step(two_steps, tmp_path):
-    from training.trainer import train
+    from cfbench.training.trainer import train
 
     cut = tmp_path / "cut"
     shutil.copytree(two_steps.parent / "after-step-1", cut)
@@ -110,8 +110,8 @@ def test_every_role_gets_its_own_weights_and_optimizer_state_back(tmp_path, tiny
     from accelerate import Accelerator
     from transformers import AutoTokenizer
 
-    from training.episodes import Episode
-    from training.learner import learner, restore, resume_from, save, update
+    from cfbench.training.core.episodes import Episode
+    from cfbench.training.core.learner import learner, restore, resume_from, save, update
 
     config, names = load_config("crossfit", "cpu-smoke"), ["", "proposer", "aux-0"]
 
@@ -133,7 +133,7 @@ def test_every_role_gets_its_own_weights_and_optimizer_state_back(tmp_path, tiny
 
 
 def test_only_checkpoint_n_directories_are_checkpoints(tmp_path):
-    from training.learner import checkpoints
+    from cfbench.training.core.learner import checkpoints
 
     for name in ["checkpoint-2", "checkpoint-10", "checkpoint-3-old", ".checkpoint-4.tmp", "checkpoint-x"]:
         (tmp_path / name).mkdir()
@@ -143,8 +143,8 @@ def test_only_checkpoint_n_directories_are_checkpoints(tmp_path):
 def test_a_disk_too_small_for_a_checkpoint_is_refused_and_a_failed_save_leaves_the_last_checkpoint_whole(tmp_path, tiny_llama, monkeypatch):
     from accelerate import Accelerator
 
-    from harness.errors import CfbenchError
-    from training.trainer import train
+    from cfbench.harness.errors import CfbenchError
+    from cfbench.training.trainer import train
 
     config = load_config("search-r1", "cpu-smoke", 2, 1) | {"model": str(tiny_llama)}
     real = shutil.disk_usage
@@ -205,7 +205,7 @@ def test_bad_training_input_is_one_line_and_overwrites_nothing(tmp_path):
     ("micro_batch", 0, "knob micro_batch must be an integer >= 1"),
 ])
 def test_out_of_range_knobs(key, value, message):
-    from harness.errors import CfbenchError
+    from cfbench.harness.errors import CfbenchError
 
     config = load_config("search-r1", "cpu-smoke") | {key: value}
     with pytest.raises(CfbenchError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):

@@ -1,0 +1,74 @@
+"""The protocol-v1 agent loop, stepping every active trajectory of a batch in lockstep.
+
+Each turn makes one batched generate call for all active trajectories and one batched retrieval
+for all their searches. A trajectory ends at its first answer; after `max_searches` search or
+invalid turns it gets one last generation in which a search is not executed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from cfbench.harness import protocol
+from cfbench.harness.backends import Backend
+from cfbench.harness.protocol import Knobs
+from cfbench.harness.retrievers import Retriever
+from cfbench.harness.suite import Question
+
+
+@dataclass
+class Trajectory:
+    question: Question
+    prompt: str  # the chat prompt it started from
+    context: str  # the prompt and everything since
+    turns: list[dict] = field(default_factory=list)
+    done: bool = False
+
+    @property
+    def prediction(self) -> str:
+        return protocol.final_answer([t["generated"] for t in self.turns])
+
+
+def run_batch(
+    questions: list[Question],
+    backend: Backend,
+    retriever: Retriever,
+    knobs: Knobs,
+    on_searches: Callable[[int], None] = lambda n: None,
+    user_prompts: list[str] | None = None,
+) -> list[Trajectory]:
+    """`user_prompts` replaces the protocol's prompt (training roles that read a source passage)."""
+    users = user_prompts if user_prompts is not None else [protocol.user_prompt(q.question) for q in questions]
+    trajs = [Trajectory(q, p, p) for q, p in zip(questions, map(backend.chat_prompt, users), strict=True)]
+    for turn in range(knobs.max_searches + 1):
+        active = [t for t in trajs if not t.done]
+        if not active:
+            break
+        last_turn = turn == knobs.max_searches
+        generated = backend.generate([t.context for t in active], knobs.max_new_tokens, knobs.max_context_tokens, protocol.STOP)
+        searching: list[tuple[Trajectory, dict]] = []
+        for traj, text in zip(active, generated, strict=True):
+            action, content = protocol.parse_action(text)
+            record = {"generated": text, "action": action, "query": content if action == "search" else None, "doc_ids": [], "doc_scores": []}
+            traj.turns.append(record)
+            traj.context += text
+            if action == "answer" or last_turn:
+                if action == "search":
+                    record["action"] = "search_over_budget"
+                traj.done = True
+            elif action == "search":
+                searching.append((traj, record))
+            else:
+                record["observation"] = protocol.INVALID_ACTION
+                traj.context += protocol.INVALID_ACTION
+        if searching:
+            results = retriever.search([record["query"] for _, record in searching], knobs.topk)
+            for (traj, record), hits in zip(searching, results, strict=True):
+                obs = backend.truncate(protocol.observation(hits), knobs.max_obs_tokens)
+                record["doc_ids"] = [h.id for h in hits]
+                record["doc_scores"] = [h.score for h in hits]
+                record["observation"] = obs
+                traj.context += obs
+            on_searches(len(searching))
+    return trajs

@@ -1,0 +1,170 @@
+"""Hugging Face transformers backend: batched, left-padded greedy decoding with stop strings.
+
+The decoder drops a row from the batch (and from the KV cache) the step it finishes, so a batch
+costs about what its longest row costs plus each row's own tokens, not rows x longest. That is what
+makes the lockstep loop several times faster than one question at a time on a CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+from cfbench.harness.backends import Completion
+from cfbench.harness.backends.tokens import PromptTokens, TokenizedEngine
+from cfbench.harness.checkpoints import ResolvedCheckpoint
+from cfbench.harness.protocol import cut_at_stop
+
+STOP_WINDOW = 8  # tokens decoded at each step to spot a stop string that just completed
+REUSE_TOKENS = 65536  # contexts whose K/V are kept for their next turn, counted in tokens
+
+
+@dataclass
+class _Context:
+    """A finished context: its prompt's ids, the ids now in its K/V (prompt + generated), the K/V."""
+
+    prompt: list[int]
+    ids: list[int]
+    kv: list
+
+
+class HFBackend(TokenizedEngine):
+    def __init__(self, model, tokens: PromptTokens, *, ckpt: ResolvedCheckpoint, dtype: str, temperature: float = 0.0, seed: int = 0) -> None:
+        """An engine around a loaded model: greedy for evaluation, or sampled (temperature > 0) for training rollouts."""
+        self.model, self.tokens, self.ckpt, self.dtype = model, tokens, ckpt, dtype
+        self.device = str(model.device)
+        eos = model.generation_config.eos_token_id
+        eos = tokens.tokenizer.eos_token_id if eos is None else eos
+        self.eos_ids = set(eos) if isinstance(eos, list) else {eos}
+        self.temperature = temperature
+        self.generator = torch.Generator(device=model.device).manual_seed(seed)
+        self._reusable: list[_Context] = []  # newest last
+
+    @classmethod
+    def load(cls, ckpt: ResolvedCheckpoint, device: str = "cpu", dtype: str = "float32", threads: int | None = None) -> HFBackend:
+        if threads:
+            torch.set_num_threads(threads)
+        tokens = PromptTokens(AutoTokenizer.from_pretrained(ckpt.location))
+        model = AutoModelForCausalLM.from_pretrained(ckpt.location, dtype=getattr(torch, dtype)).to(device).eval()
+        return cls(model, tokens, ckpt=ckpt, dtype=dtype)
+
+    def generate(self, prompts: list[str], max_new_tokens: int, max_context_tokens: int, stop: tuple[str, ...]) -> list[str]:
+        encoded = [self.tokens.context(p, max_context_tokens) for p in prompts]
+        return [c.text for c in self.complete(encoded, max_new_tokens, stop)]
+
+    @torch.inference_mode()
+    def complete(self, encoded: list[list[int]], max_new_tokens: int, stop: tuple[str, ...]) -> list[Completion]:
+        """Continuations of token-id prompts (greedy, or sampled), all decoded in one shrinking batch."""
+        rows = [self._prefill(ids) for ids in encoded]  # (first-token logits, K/V per layer)
+        width = max(len(ids) for ids in encoded)
+        pads = [width - len(ids) for ids in encoded]
+        cache = DynamicCache(ddp_cache_data=[
+            tuple(torch.cat([torch.nn.functional.pad(kv[layer][j], (0, 0, pad, 0)) for (_, kv), pad in zip(rows, pads)])
+                  for j in (0, 1))
+            for layer in range(len(rows[0][1]))
+        ])
+        mask = torch.tensor([[0] * pad + [1] * len(ids) for ids, pad in zip(encoded, pads)], device=self.device)
+        positions = torch.tensor([[len(ids)] for ids in encoded], device=self.device)
+        logits = torch.cat([first for first, _ in rows])
+        live = list(range(len(encoded)))  # prompt index of each row still decoding
+        new: list[list[int]] = [[] for _ in encoded]
+        ended: list[_Context | None] = [None] * len(encoded)
+        for step in range(max_new_tokens):
+            if step:
+                input_ids = torch.tensor([[new[p][-1]] for p in live], device=self.device)
+                mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=-1)
+                logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                                    cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+                positions = positions + 1
+            keep = []
+            for row, (prompt, token) in enumerate(zip(live, self._pick(logits).tolist())):
+                fed = len(new[prompt])  # generated tokens already in the cache
+                if token not in self.eos_ids:
+                    new[prompt].append(token)
+                    tail = self.tokens.tokenizer.decode(new[prompt][-STOP_WINDOW:])
+                    if not any(s in tail for s in stop) and step + 1 < max_new_tokens:
+                        keep.append(row)
+                        continue
+                end = pads[prompt] + len(encoded[prompt]) + fed
+                ended[prompt] = _Context(encoded[prompt], encoded[prompt] + new[prompt][:fed],
+                                         [(layer.keys[row : row + 1, :, pads[prompt] : end].clone(),
+                                           layer.values[row : row + 1, :, pads[prompt] : end].clone()) for layer in cache.layers])
+            if not keep:
+                break
+            if len(keep) < len(live):
+                index = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(index)
+                mask, positions = mask[index], positions[index]
+                live = [live[row] for row in keep]
+        self._remember(ended)
+        return [self._finish(ids, stop, max_new_tokens) for ids in new]
+
+    def _pick(self, logits: torch.Tensor) -> torch.Tensor:
+        if not self.temperature:
+            return logits.argmax(-1)
+        probs = torch.softmax(logits.float() / self.temperature, dim=-1)
+        return torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
+
+    def _finish(self, ids: list[int], stop: tuple[str, ...], max_new_tokens: int) -> Completion:
+        text = self.tokens.decode(ids)
+        cut = cut_at_stop(text, stop)
+        hit = next((s for s in stop if cut.endswith(s)), None)  # only a stop string that occurs ends the cut
+        ended_early = hit is not None or len(ids) < max_new_tokens  # a stop string or end of sequence
+        return Completion(cut, len(ids), "stop" if ended_early else "length", hit)
+
+    def _remember(self, contexts: list[_Context]) -> None:
+        """Keep the newest contexts' K/V within REUSE_TOKENS, dropping those the new ones extend."""
+        kept = [old for old in self._reusable if not any(self._extends(c.prompt, old) for c in contexts)] + contexts
+        total = 0
+        for i in range(len(kept) - 1, -1, -1):
+            total += len(kept[i].ids)
+            if total > REUSE_TOKENS:
+                kept = kept[i + 1 :]
+                break
+        self._reusable = kept
+
+    @staticmethod
+    def _extends(ids: list[int], old: _Context) -> int:
+        """How many of old's cached ids ids can reuse, or 0 if ids does not continue old's own prompt.
+
+        The boundary token of the old prompt may tokenise differently once text follows it, so the
+        common prefix must cover the old prompt all but its last token.
+        """
+        common = next((i for i, (a, b) in enumerate(zip(old.ids, ids)) if a != b), min(len(old.ids), len(ids)))
+        return common if len(ids) > len(old.prompt) and common >= len(old.prompt) - 1 else 0
+
+    def _prefill(self, ids: list[int]) -> tuple[torch.Tensor, list]:
+        """Last-position logits and K/V for one prompt.
+
+        A prompt that continues a kept context (its own trajectory's previous turn: the old prompt
+        is a prefix) reuses that context's K/V up to the first differing token. Another
+        trajectory's K/V is never used, so results never depend on other batches.
+        """
+        start, past = 0, None
+        for old in reversed(self._reusable):
+            if common := self._extends(ids, old):
+                start = min(common, len(ids) - 1)  # at least one token to compute logits from
+                past = [(k[:, :, :start], v[:, :, :start]) for k, v in old.kv]
+                break
+        cache = DynamicCache(ddp_cache_data=past) if past else DynamicCache()
+        suffix = torch.tensor([ids[start:]], device=self.device)
+        positions = torch.arange(start, len(ids), device=self.device).unsqueeze(0)
+        logits = self.model(input_ids=suffix, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+        return logits, [(layer.keys, layer.values) for layer in cache.layers]
+
+    def describe(self) -> dict:
+        return {
+            "engine": "hf",
+            "decoder": f"sampled at temperature {self.temperature}, finished rows pruned" if self.temperature else "greedy, finished rows pruned",
+            "transformers": transformers.__version__,
+            "torch": torch.__version__,
+            "device": self.device,
+            "dtype": self.dtype,
+            "threads": torch.get_num_threads(),
+            "chat_template": self.tokens.has_template,
+            "hub_revision": getattr(self.model.config, "_commit_hash", None),
+            **self.ckpt.describe(),
+        }

@@ -1,0 +1,155 @@
+"""The evaluation layer's commands (eval, index, retriever, serve-model); cfbench/cli.py composes them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from cfbench.harness.cli_output import one_line_errors, console
+from cfbench.harness.protocol import Knobs
+
+DEFAULTS = Knobs()
+
+
+@click.command("eval")
+@click.option("--ckpt", default=None, help="Local HF checkpoint dir, a bundled model (smollm2-135m) or a hub id (hf, vllm).")
+@click.option("--suite", default="fixed1325", show_default=True, help="Bundled suite (fixed1325, mini, full) or a FlashRAG-style jsonl file.")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Run directory (trajectories, results).")
+@click.option("--resume", is_flag=True, help="Continue the run in --out without redoing finished questions.")
+@click.option("--retriever", "retriever_spec", default="bm25", show_default=True,
+              help="bm25, dense or lucene over --corpus, an index directory, a Search-R1-style server URL, or replay:RUN_DIR.")
+@click.option("--corpus", type=click.Path(path_type=Path), default=None, help="Passages as jsonl(.gz) [default: bundled corpus].")
+@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True, help="Trajectories stepped together.")
+@click.option("--topk", type=int, default=DEFAULTS.topk, show_default=True)
+@click.option("--max-searches", type=int, default=DEFAULTS.max_searches, show_default=True)
+@click.option("--max-new-tokens", type=int, default=DEFAULTS.max_new_tokens, show_default=True)
+@click.option("--max-obs-tokens", type=int, default=DEFAULTS.max_obs_tokens, show_default=True)
+@click.option("--max-context-tokens", type=int, default=DEFAULTS.max_context_tokens, show_default=True)
+@click.option("--backend", "engine", type=click.Choice(["hf", "vllm", "openai"]), default="hf", show_default=True,
+              help="hf: transformers in process; vllm: vLLM in process (GPU); openai: an OpenAI-compatible server.")
+@click.option("--device", default="cpu", show_default=True, help="hf: torch device.")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
+              help="hf, vllm: weights dtype [default: float32 for hf, bfloat16 for vllm].")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="hf: torch CPU threads (default: torch's).")
+@click.option("--tensor-parallel-size", type=click.IntRange(min=1), default=1, show_default=True, help="vllm: GPUs per model.")
+@click.option("--gpu-memory-utilization", type=click.FloatRange(0.05, 1.0), default=0.9, show_default=True, help="vllm.")
+@click.option("--max-model-len", type=click.IntRange(min=1), default=None, help="vllm: context length [default: the model's].")
+@click.option("--base-url", default=None, help="openai: the server, e.g. http://127.0.0.1:8001/v1.")
+@click.option("--model", default=None, help="openai: the model name the server serves.")
+@click.option("--tokenizer", default=None, help="openai: tokenizer dir, bundled model or hub id [default: --model].")
+@click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True, help="openai: requests in flight.")
+@click.option("--request-size", type=click.IntRange(min=1), default=16, show_default=True, help="openai: prompts per request.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True, help="openai: seconds per request.")
+@click.option("--retries", type=click.IntRange(min=0), default=3, show_default=True, help="openai: retries of a failed request.")
+@click.option("--seed", type=int, default=0, show_default=True)
+def eval_cmd(ckpt, suite, out, resume, retriever_spec, corpus, batch_size, topk, max_searches, max_new_tokens, max_obs_tokens,
+             max_context_tokens, engine, device, dtype, threads, tensor_parallel_size, gpu_memory_utilization, max_model_len,
+             base_url, model, tokenizer, concurrency, request_size, timeout, retries, seed) -> None:
+    """Evaluate a checkpoint on a suite under protocol v1 and print Cover-EM tables."""
+    from cfbench.harness.backends.choose import backend_for
+    from cfbench.harness.evaluate import evaluate
+    from cfbench.harness.report import results_table
+    from cfbench.harness.retrievers.choose import retriever_for
+    from cfbench.harness.suite import load_suite
+
+    with one_line_errors():
+        knobs = Knobs(topk, max_searches, max_new_tokens, max_obs_tokens, max_context_tokens)
+        the_suite = load_suite(suite)
+        retriever = retriever_for(retriever_spec, corpus)
+        backend = backend_for(engine, ckpt=ckpt, device=device, dtype=dtype, threads=threads, base_url=base_url, model=model,
+                              tokenizer=tokenizer, concurrency=concurrency, request_size=request_size, timeout=timeout,
+                              retries=retries, tensor_parallel_size=tensor_parallel_size,
+                              gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, seed=seed)
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("{task.fields[searches]} searches"), TextColumn("{task.fields[rate]}"),
+                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+        with Progress(*columns, console=console) as progress:
+            task = progress.add_task(f"{the_suite.name}", total=None, searches=0, rate="")
+
+            def on_start(total: int, done: int) -> None:
+                progress.update(task, total=total, completed=done)
+
+            def on_questions(n: int) -> None:
+                progress.advance(task, n)
+                speed = progress.tasks[task].speed
+                progress.update(task, rate=f"{speed:.2f} q/s" if speed else "")
+
+            def on_searches(n: int) -> None:
+                progress.update(task, searches=progress.tasks[task].fields["searches"] + n)
+
+            results = evaluate(the_suite, backend, retriever, knobs, out, batch_size=batch_size, seed=seed,
+                               resume=resume, on_start=on_start, on_questions=on_questions, on_searches=on_searches)
+        Console().print(results_table(results))
+        console.print(f"run record: {out}")
+
+
+@click.group()
+def index() -> None:
+    """Build retrieval indexes."""
+
+
+@index.command("build")
+@click.option("--corpus", type=click.Path(path_type=Path), required=True, help="Passages as jsonl(.gz): id+contents or id+title+text.")
+@click.option("--kind", required=True, help="bm25, dense or lucene.")
+@click.option("--encoder", default="minilm", show_default=True, help="Dense encoder: minilm (offline), e5-base-v2 (hub), or a model dir/id.")
+@click.option("--hnsw-m", type=click.IntRange(min=0), default=0, show_default=True, help="Dense: HNSW graph degree (0 = exact flat search).")
+@click.option("--dtype", default="float32", show_default=True, help="Dense: stored embedding type, float32 or float16.")
+@click.option("--out", type=click.Path(path_type=Path), required=True)
+def index_build(corpus, kind, encoder, hnsw_m, dtype, out) -> None:
+    """Build an index directory with a manifest (corpus hash, kind, parameters, build time)."""
+    from cfbench.harness.corpus import load_corpus
+    from cfbench.harness.retrievers.index import build_index, read_manifest
+
+    with one_line_errors():
+        build_index(load_corpus(corpus), kind, out, encoder=encoder, hnsw_m=hnsw_m, dtype=dtype)
+        manifest = read_manifest(out)
+        console.print(f"built {kind} index of {manifest['corpus']['n']} passages in {manifest['build_seconds']} s: {out}")
+
+
+@click.group()
+def retriever() -> None:
+    """Serve retrieval over HTTP."""
+
+
+@retriever.command("serve")
+@click.option("--index", "index_dir", type=click.Path(path_type=Path), required=True, help="An index directory.")
+@click.option("--corpus", type=click.Path(path_type=Path), default=None, help="The corpus [default: the one in the manifest].")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
+def retriever_serve(index_dir, corpus, host, port) -> None:
+    """Answer Search-R1's POST /retrieve (and GET /health) from an index."""
+    from cfbench.harness.corpus import load_corpus
+    from cfbench.harness.retrievers.index import open_index
+    from cfbench.harness.retrieval_server import serve
+
+    with one_line_errors():
+        retriever_ = open_index(index_dir, load_corpus(corpus) if corpus else None)
+        console.print(f"serving {index_dir} on http://{host}:{port}/retrieve")
+    serve(retriever_, host, port)
+
+
+@click.command("serve-model")
+@click.option("--ckpt", required=True, help="Local HF checkpoint dir, a bundled model (smollm2-135m) or a hub id.")
+@click.option("--name", default=None, help="The model name clients pass as `model` [default: --ckpt].")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=8001, show_default=True)
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads (default: torch's).")
+def serve_model(ckpt, name, host, port, device, dtype, threads) -> None:
+    """Serve a local model as OpenAI-compatible /v1/completions and /v1/chat/completions (greedy)."""
+    from cfbench.harness.backends.hf import HFBackend
+    from cfbench.harness.checkpoints import resolve
+    from cfbench.harness.model_server import serve
+
+    with one_line_errors():
+        backend = HFBackend.load(resolve(ckpt), device=device, dtype=dtype, threads=threads)
+        console.print(f"serving {ckpt} as {name or ckpt!r} on http://{host}:{port}/v1")
+    serve(backend, name or ckpt, host, port)
+
+
+
+COMMANDS = (eval_cmd, index, retriever, serve_model)

@@ -1,0 +1,175 @@
+"""`cfbench serve-model`: a local HF checkpoint behind OpenAI-compatible endpoints, greedy only.
+
+    GET  /v1/models             -> {"object": "list", "data": [{"id": NAME, ..., "cfbench": engine description}]}
+    POST /v1/completions        prompt: text, token ids, or a list of either; max_tokens, stop, and
+                                vLLM's include_stop_str_in_output / add_special_tokens
+    POST /v1/chat/completions   messages through the model's chat template
+    GET  /health
+
+One request's prompts decode as one batch (requests take turns), so a client that sends a turn's
+prompts in one request gets exactly what the in-process hf engine gives. Bad requests get an
+OpenAI-style error ({"error": {"message", "type", "param"}}) and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from cfbench.harness.backends import Completion
+from cfbench.harness.backends.hf import HFBackend
+
+MAX_PROMPTS = 256
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param = status, message, param
+
+
+class _Sampling(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # other OpenAI fields (user, logit_bias, ...) change nothing here
+    model: str
+    max_tokens: int | None = None
+    temperature: float | None = None
+    stop: str | list[str] | None = None
+    n: int = 1
+    stream: bool = False
+    include_stop_str_in_output: bool = False
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[int] | list[str] | list[list[int]]
+    add_special_tokens: bool = True
+
+
+class Message(BaseModel):
+    role: str
+    content: str
+
+
+class ChatRequest(_Sampling):
+    messages: list[Message]
+    max_completion_tokens: int | None = None
+
+
+def make_app(backend: HFBackend, name: str) -> FastAPI:
+    app = FastAPI(title="cfbench model server")
+    lock = threading.Lock()  # one batch at a time: the decoder and its K/V reuse are not thread-safe
+    tokenizer = backend.tokens.tokenizer
+    max_len = backend.model.config.max_position_embeddings
+    ids = itertools.count()
+    card = {"id": name, "object": "model", "created": 0, "owned_by": "cfbench", "max_model_len": max_len,
+            "cfbench": backend.describe()}
+
+    @app.exception_handler(_Refused)
+    async def refused(_: Request, err: _Refused):
+        kind = "not_found_error" if err.status == 404 else "invalid_request_error"
+        return JSONResponse({"error": {"message": err.message, "type": kind, "param": err.param, "code": None}},
+                            status_code=err.status)
+
+    @app.get("/health")
+    def health() -> dict:
+        return {"status": "ok", "model": name}
+
+    @app.get("/v1/models")
+    def models() -> dict:
+        return {"object": "list", "data": [card]}
+
+    @app.post("/v1/completions")
+    async def completions(raw: Request):
+        request = _parse(CompletionRequest, await raw.body())
+        prompts = _token_prompts(request, tokenizer)
+        outs = await run_in_threadpool(decode, request, prompts, request.max_tokens if request.max_tokens is not None else 16)
+        choices = [{"index": i, "text": _shown(c, request), "logprobs": None, "finish_reason": c.finish, "stop_reason": c.stop}
+                   for i, c in enumerate(outs)]
+        return {"id": f"cmpl-{next(ids)}", "object": "text_completion", "created": int(time.time()), "model": name,
+                "choices": choices, "usage": _usage(prompts, outs)}
+
+    @app.post("/v1/chat/completions")
+    async def chat(raw: Request):
+        request = _parse(ChatRequest, await raw.body())
+        if not backend.tokens.has_template:
+            raise _Refused(400, f"model {name!r} has no chat template; use /v1/completions", "messages")
+        if not request.messages:
+            raise _Refused(400, "messages must not be empty", "messages")
+        text = tokenizer.apply_chat_template([m.model_dump() for m in request.messages], tokenize=False, add_generation_prompt=True)
+        prompt = backend.tokens.encode(text)
+        limit = request.max_completion_tokens or request.max_tokens
+        outs = await run_in_threadpool(decode, request, [prompt], limit if limit is not None else max_len - len(prompt))
+        [out] = outs
+        choice = {"index": 0, "message": {"role": "assistant", "content": _shown(out, request)}, "logprobs": None,
+                  "finish_reason": out.finish, "stop_reason": out.stop}
+        return {"id": f"chatcmpl-{next(ids)}", "object": "chat.completion", "created": int(time.time()), "model": name,
+                "choices": [choice], "usage": _usage([prompt], outs)}
+
+    def decode(request: _Sampling, prompts: list[list[int]], max_tokens: int) -> list[Completion]:
+        if request.model != name:
+            raise _Refused(404, f"model {request.model!r} is not served here; this server serves {name!r}", "model")
+        if request.temperature not in (None, 0):
+            raise _Refused(400, f"temperature {request.temperature} is not supported: serve-model decodes greedily (temperature 0)", "temperature")
+        if request.n != 1 or request.stream:
+            raise _Refused(400, "serve-model returns one complete answer per prompt: n must be 1 and stream false", "n" if request.n != 1 else "stream")
+        if max_tokens < 1:
+            raise _Refused(400, f"max_tokens must be at least 1, got {max_tokens}", "max_tokens")
+        longest = max(len(p) for p in prompts)
+        if longest + max_tokens > max_len:
+            raise _Refused(400, f"this model's maximum context length is {max_len} tokens; the request asks for "
+                                f"{longest} prompt + {max_tokens} new tokens", "max_tokens")
+        stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
+        with lock:
+            return backend.complete(prompts, max_tokens, stop)
+
+    return app
+
+
+def _parse(model: type[BaseModel], body: bytes):
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(map(str, first["loc"])) or "body"
+        raise _Refused(400, f"bad request: {where}: {first['msg']}", where) from None
+
+
+def _token_prompts(request: CompletionRequest, tokenizer) -> list[list[int]]:
+    """The request's prompts as token ids; text is tokenised as vLLM does (add_special_tokens)."""
+    prompt = request.prompt
+    if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)):
+        prompt = [prompt]
+    if not prompt or len(prompt) > MAX_PROMPTS:
+        raise _Refused(400, f"prompt must hold 1 to {MAX_PROMPTS} prompts, got {len(prompt)}", "prompt")
+    out = []
+    for i, p in enumerate(prompt):
+        ids = tokenizer(p, add_special_tokens=request.add_special_tokens)["input_ids"] if isinstance(p, str) else p
+        if not ids:
+            raise _Refused(400, f"prompt {i} is empty", "prompt")
+        if not all(0 <= t < len(tokenizer) for t in ids):
+            raise _Refused(400, f"prompt {i} holds token ids outside the vocabulary (0..{len(tokenizer) - 1})", "prompt")
+        out.append(ids)
+    return out
+
+
+def _shown(out: Completion, request: _Sampling) -> str:
+    """OpenAI leaves the stop string out of the text; vLLM keeps it when asked to."""
+    if out.stop and not request.include_stop_str_in_output:
+        return out.text[: -len(out.stop)]
+    return out.text
+
+
+def _usage(prompts: list[list[int]], outs: list[Completion]) -> dict:
+    prompt_tokens, completion_tokens = sum(map(len, prompts)), sum(c.tokens for c in outs)
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}
+
+
+def serve(backend: HFBackend, name: str, host: str, port: int) -> None:
+    import uvicorn
+
+    uvicorn.run(make_app(backend, name), host=host, port=port, log_level="warning")

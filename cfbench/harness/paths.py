@@ -1,0 +1,32 @@
+"""Where cfbench keeps shipped data and its cache."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cfbench import tasks
+
+TASKS_DIR = Path(tasks.__file__).resolve().parent
+BUNDLED_CORPUS = TASKS_DIR / "corpus" / "bundled.jsonl.gz"
+MANIFEST = TASKS_DIR / "manifest.json"
+
+
+def cache_dir(*parts: str) -> Path:
+    """$CFBENCH_CACHE (default ~/.cache/cfbench), created on demand."""
+    root = Path(os.environ.get("CFBENCH_CACHE") or Path.home() / ".cache" / "cfbench")
+    path = root.joinpath(*parts)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def portable(path: Path) -> str:
+    """A path as records keep it: shipped data as `tasks/...` (valid wherever cfbench is installed)."""
+    resolved = Path(path).resolve()
+    if resolved.is_relative_to(TASKS_DIR):
+        return "tasks/" + resolved.relative_to(TASKS_DIR).as_posix()
+    return str(resolved)
+
+
+def from_portable(recorded: str) -> Path:
+    return TASKS_DIR / recorded.removeprefix("tasks/") if recorded.startswith("tasks/") else Path(recorded)

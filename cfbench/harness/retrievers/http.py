@@ -1,0 +1,75 @@
+"""A client for any server speaking Search-R1's retrieval API (`POST /retrieve`).
+
+The request body is byte for byte what Search-R1's own client sends (`requests.post(url,
+json={"queries", "topk", "return_scores": True})`). Batched, with timeouts and retries with
+backoff; a server that is down or answers nonsense is an error, never an empty result.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+
+from cfbench.harness.errors import CfbenchError
+from cfbench.harness.http_retry import post_with_retries
+from cfbench.harness.retrievers import Hit
+
+MAX_QUERY_CHARS = 8192
+
+
+class HTTPRetriever:
+    def __init__(self, url: str, *, timeout: float = 30.0, retries: int = 3, backoff: float = 0.5, batch_size: int = 64) -> None:
+        self.base = url.rstrip("/").removesuffix("/retrieve")
+        self.url = self.base + "/retrieve"
+        self.timeout, self.retries, self.backoff, self.batch_size = timeout, retries, backoff, batch_size
+        self._client = httpx.Client(timeout=timeout)
+        self.health = self._health()
+
+    def _health(self) -> dict:
+        """The server's /health (cfbench servers report their index there); {} if it has none."""
+        try:
+            answer = self._client.get(self.base + "/health")
+        except httpx.HTTPError as err:
+            raise CfbenchError(f"retrieval server {self.base} is not answering ({type(err).__name__}); start it with `cfbench retriever serve` or fix --retriever") from None
+        try:
+            return answer.json() if answer.status_code == 200 else {}
+        except ValueError:  # a /health that is not JSON tells us nothing
+            return {}
+
+    def search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        if k <= 0:
+            raise CfbenchError(f"top-k must be positive, got {k}")
+        out: list[list[Hit]] = []
+        for start in range(0, len(queries), self.batch_size):
+            out += self._post(queries[start : start + self.batch_size], k)
+        return out
+
+    def _post(self, queries: list[str], k: int) -> list[list[Hit]]:
+        body = json.dumps({"queries": queries, "topk": k, "return_scores": True}).encode()
+        answer = post_with_retries(self._client, self.url, body, retries=self.retries, backoff=self.backoff, what="retrieval server")
+        return self._parse(answer, len(queries), k)
+
+    def _parse(self, answer: httpx.Response, n: int, k: int) -> list[list[Hit]]:
+        try:
+            result = answer.json()["result"]
+            if len(result) != n:
+                raise ValueError(f"{len(result)} result lists for {n} queries")
+            parsed = []
+            for i, items in enumerate(result):
+                if not items:
+                    raise ValueError(f"no passages for query {i}")
+                parsed.append([self._hit(item) for item in items[:k]])
+            return parsed
+        except (ValueError, KeyError, TypeError) as err:
+            raise CfbenchError(f"retrieval server {self.url} answered in an unexpected form ({err})") from None
+
+    @staticmethod
+    def _hit(item: dict) -> Hit:
+        doc = item["document"]
+        contents = doc["contents"] if "contents" in doc else f'"{doc["title"]}"\n{doc["text"]}'
+        return Hit(str(doc["id"]), contents, float(item["score"]))
+
+    def describe(self) -> dict:
+        return {"kind": "http", "url": self.url, "server": self.health.get("retriever"),
+                "index_sha256": (self.health.get("retriever") or {}).get("index_sha256")}

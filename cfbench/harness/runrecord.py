@@ -1,0 +1,125 @@
+"""The run directory: run.json (what decides the outputs), trajectories.jsonl, segments.jsonl, results.json.
+
+Trajectories are appended one finished batch at a time in a single write, so an interrupted run
+loses at most the batch in flight. Batches are fixed slices of the suite order; on resume a batch
+is either complete (kept) or redone whole, so a resumed run computes exactly what an uninterrupted
+one would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from cfbench.harness.errors import CfbenchError
+
+RECORD_VERSION = 1
+CONFIG = "run.json"
+TRAJECTORIES = "trajectories.jsonl"
+SEGMENTS = "segments.jsonl"
+RESULTS = "results.json"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def dumps(obj) -> str:
+    return json.dumps(obj, ensure_ascii=False, sort_keys=True)
+
+
+# Where an input lives is not what it is: when its hash is recorded, a resume may find it elsewhere
+# (another cache directory, a moved checkpoint) as long as the hash is the same.
+MOVABLE = {("model", "model_location"): "weights_sha256", ("suite", "path"): "sha256", ("retriever", "corpus"): "corpus_sha256"}
+
+
+def _identity(config: dict) -> dict:
+    """The config without the locations of inputs that a recorded hash identifies."""
+    config = json.loads(dumps(config))
+    for (section, key), hash_key in MOVABLE.items():
+        part = config.get(section)
+        if isinstance(part, dict) and part.get(hash_key):
+            part.pop(key, None)
+    return config
+
+
+def _diff(old: dict, new: dict, prefix: str = "") -> str | None:
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            found = _diff(a, b, f"{prefix}{key}.")
+            if found:
+                return found
+        elif a != b:
+            return f"{prefix}{key}: run has {a!r}, now {b!r}"
+    return None
+
+
+class RunDir:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.torn = False  # the record ended in a partly written line (a killed write)
+
+    def open(self, config: dict, resume: bool) -> dict[str, dict]:
+        """Start or continue a run; returns the finished trajectory rows by id."""
+        config = {"record_version": RECORD_VERSION, **config}
+        existing = self.path / CONFIG
+        if existing.is_file():
+            if not resume:
+                raise CfbenchError(f"{self.path} already holds a run; pass --resume to continue it or choose another --out")
+            old = json.loads(existing.read_text())
+            mismatch = _diff(_identity(old), _identity(config))
+            if mismatch:
+                raise CfbenchError(f"{existing}: cannot resume, the settings differ ({mismatch}); use a new --out")
+            return self._load_rows()
+        if (self.path / TRAJECTORIES).exists():
+            raise CfbenchError(f"{self.path} has {TRAJECTORIES} but no {CONFIG}; move it away or choose another --out")
+        self.path.mkdir(parents=True, exist_ok=True)
+        write_atomic(existing, dumps(config) + "\n")
+        return {}
+
+    def _load_rows(self) -> dict[str, dict]:
+        path = self.path / TRAJECTORIES
+        if not path.exists():
+            return {}
+        lines = path.read_text(encoding="utf-8").split("\n")
+        rows: dict[str, dict] = {}
+        for lineno, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                if lineno >= len(lines) - 1:
+                    self.torn = True
+                    break
+                raise CfbenchError(f"{path}:{lineno}: corrupt line inside the record; the run cannot be resumed safely") from None
+            rows[row["id"]] = row
+        return rows
+
+    def keep_only(self, rows: list[dict]) -> None:
+        """Rewrite the trajectories with exactly these rows (dropping torn lines and partial batches)."""
+        write_atomic(self.path / TRAJECTORIES, "".join(dumps(r) + "\n" for r in rows))
+
+    def append(self, rows: list[dict]) -> None:
+        with open(self.path / TRAJECTORIES, "a", encoding="utf-8") as f:
+            f.write("".join(dumps(r) + "\n" for r in rows))
+            f.flush()
+            os.fsync(f.fileno())
+
+    def add_segment(self, segment: dict) -> list[dict]:
+        """Record one working session (start, end, questions done); returns all of them."""
+        with open(self.path / SEGMENTS, "a", encoding="utf-8") as f:
+            f.write(dumps(segment) + "\n")
+        return [json.loads(line) for line in (self.path / SEGMENTS).read_text().splitlines() if line.strip()]
+
+    def write_results(self, results: dict) -> None:
+        write_atomic(self.path / RESULTS, json.dumps(results, ensure_ascii=False, indent=2, sort_keys=True) + "\n")

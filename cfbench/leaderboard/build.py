@@ -1,0 +1,83 @@
+"""`cfbench leaderboard build`: a suite's leaderboard as a pure function of its stored runs.
+
+The leaderboard is first a dict (written as results.json); README.md, results.csv, results.tex and
+index.html are all rendered from that dict, so every published number has one source.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cfbench.leaderboard import comparable, stats
+from cfbench.leaderboard.page import page
+from cfbench.leaderboard.reported import reported
+from cfbench.leaderboard.store import Run, stored_runs
+from cfbench.leaderboard.tables import csv_table, latex_table, markdown
+from cfbench.harness.metrics import GROUPS, METRICS
+from cfbench.harness.runrecord import write_atomic
+
+RANK_METRIC = "cover_em"
+RANK_BY = "avg7"
+
+
+def leaderboard(suite: str, runs: list[Run]) -> dict:
+    """Comparable groups, the first one ranked as the leaderboard and the rest set apart with their reasons."""
+    parts = comparable.partition(runs, lambda run: comparable.key(run.results))
+    tables = [_table(k, members, comparable.differences(k, parts[0][0]) if i else []) for i, (k, members) in enumerate(parts)]
+    return {"suite": suite, "metric": RANK_METRIC, "rank_by": RANK_BY, "bootstrap": stats.describe(),
+            "tables": tables, "reported": reported(suite)}
+
+
+def build(suite_dir: Path) -> dict:
+    """Regenerate every output file in suite_dir from suite_dir/runs; returns the leaderboard."""
+    board = leaderboard(suite_dir.name, stored_runs(suite_dir))
+    suite_dir.mkdir(parents=True, exist_ok=True)
+    outputs = {
+        "results.json": json.dumps(board, ensure_ascii=False, indent=2, sort_keys=True) + "\n",
+        "README.md": markdown(board),
+        "results.csv": csv_table(board),
+        "results.tex": latex_table(board),
+        "index.html": page(board),
+    }
+    for name, text in outputs.items():
+        write_atomic(suite_dir / name, text)
+    return board
+
+
+def _table(key: dict, runs: list[Run], set_apart_because: list[str]) -> dict:
+    entries = sorted((_entry(run) for run in runs), key=lambda e: (-_rank_value(e), e["name"], e["id"]))
+    by_id = {run.id: run for run in runs}
+    best = by_id[entries[0]["id"]]
+    for rank, entry in enumerate(entries, start=1):
+        entry["rank"] = rank
+        entry["vs_best"] = None if rank == 1 else {
+            name: {k: v for k, v in result[RANK_METRIC].items() if k in ("delta", "lo", "hi", "p")}
+            for name, result in stats.paired(by_id[entry["id"]].rows, best.rows).items()
+        }
+    names = list(entries[0]["scores"])
+    columns = {"benchmarks": [n for n in names if n not in GROUPS], "groups": [n for n in names if n in GROUPS]}
+    return {"comparable_on": key, "set_apart_because": set_apart_because, **columns,
+            "best": {n: max(e["scores"][n][RANK_METRIC]["value"] for e in entries) for n in names} if len(entries) > 1 else {},
+            "runs": entries}
+
+
+def _entry(run: Run) -> dict:
+    spread = stats.intervals(run.rows)
+    scores, model = run.results["scores"], run.results["model"]
+    return {
+        "id": run.id, **run.labels,
+        "model": model.get("model"), "weights_sha256": model.get("weights_sha256"), "engine": model.get("engine"),
+        "wall_time_s": run.results.get("wall_time_s"),
+        "scores": {name: {m: {"value": round(scores[name][m], stats.DIGITS), **spread[name][m]} for m in METRICS} | {"n": scores[name]["n"]}
+                   for name in spread},  # in the suite's benchmark order, then the averages
+    }
+
+
+def _rank_value(entry: dict) -> float:
+    """avg7 Cover-EM; a suite without all seven benchmarks ranks by the mean of its benchmarks instead."""
+    scores = entry["scores"]
+    if RANK_BY in scores:
+        return scores[RANK_BY][RANK_METRIC]["value"]
+    values = [s[RANK_METRIC]["value"] for name, s in scores.items() if name not in GROUPS]
+    return sum(values) / len(values)

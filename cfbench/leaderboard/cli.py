@@ -1,0 +1,109 @@
+"""`cfbench leaderboard add|build|export` and `cfbench compare`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from cfbench.harness.cli_output import one_line_errors, console
+from cfbench.harness.errors import CfbenchError
+from cfbench.harness.metrics import GROUPS
+
+ROOT = Path("leaderboards")
+_root = click.option("--root", type=click.Path(path_type=Path), default=ROOT, show_default=True,
+                     help="Folder of leaderboards, one subfolder per suite.")
+
+
+@click.group()
+def leaderboard() -> None:
+    """Store runs and build the per-suite leaderboards (tables, CSV, LaTeX, a static page)."""
+
+
+@leaderboard.command("add")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--name", default=None, help="Row label [default: the model id].")
+@click.option("--treatment", default=None, help="Training treatment, e.g. Base, Search-R1, CrossFit.")
+@click.option("--scale", default=None, help="Model scale, e.g. 135M, 4B.")
+@_root
+def add_cmd(run_dir, name, treatment, scale, root) -> None:
+    """Store a finished run's results and per-question scores under ROOT/<suite>/runs/ (adding twice changes nothing)."""
+    from cfbench.leaderboard.store import add, load_run
+
+    with one_line_errors():
+        entry, new = add(load_run(run_dir), root, {"name": name, "treatment": treatment, "scale": scale})
+        console.print(f"{'stored' if new else 'already stored'}: {entry}; now run cfbench leaderboard build", highlight=False, soft_wrap=True)
+
+
+@leaderboard.command("build")
+@click.option("--suite", "suites", multiple=True, help="Build only this suite's leaderboard (repeatable) [default: every folder in ROOT].")
+@_root
+def build_cmd(suites, root) -> None:
+    """Regenerate README.md, results.json/.csv/.tex and index.html of each suite from its stored runs."""
+    from cfbench.leaderboard.build import build
+    from cfbench.leaderboard.store import check_suite_name
+
+    with one_line_errors():
+        names = list(suites) or (sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else [])
+        if not names:
+            raise CfbenchError(f"{root}: no leaderboards to build; add a run first (cfbench leaderboard add RUN_DIR)")
+        for name in names:
+            check_suite_name(name, "--suite")
+            board = build(root / name)
+            runs = sum(len(t["runs"]) for t in board["tables"])
+            console.print(f"{root / name}: {runs} runs", highlight=False, soft_wrap=True)
+            for i, table in enumerate(board["tables"][1:], start=1):
+                labels = ", ".join(f"{r['name']} ({r['id']})" for r in table["runs"])
+                console.print(f"  set apart ({i}): {labels}: {'; '.join(table['set_apart_because'])} (this group vs the ranked runs)",
+                              highlight=False, soft_wrap=True)
+
+
+@leaderboard.command("export")
+@click.argument("run", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="File to write (JSON).")
+def export_cmd(run, out) -> None:
+    """Write a run (a run directory or a stored entry) in lm-evaluation-harness's results layout."""
+    from cfbench.leaderboard.lmeval import lmeval_results
+    from cfbench.leaderboard.store import load_run
+    from cfbench.harness.runrecord import write_atomic
+
+    with one_line_errors():
+        write_atomic(out, json.dumps(lmeval_results(load_run(run)), ensure_ascii=False, indent=2, sort_keys=True) + "\n")
+        console.print(f"lm-eval results: {out}", highlight=False, soft_wrap=True)
+
+
+@click.command("compare")
+@click.argument("run_a", type=click.Path(path_type=Path))
+@click.argument("run_b", type=click.Path(path_type=Path))
+@click.option("--metric", type=click.Choice(["cover_em", "em", "sub_em", "f1"]), default="cover_em", show_default=True)
+def compare_cmd(run_a, run_b, metric) -> None:
+    """Per-benchmark A - B with paired-bootstrap 95% intervals and p-values, on the questions both runs answered."""
+    from cfbench.leaderboard import comparable, stats
+    from cfbench.leaderboard.store import load_run
+    from cfbench.leaderboard.tables import column_label, pct, signed
+
+    with one_line_errors():
+        a, b = load_run(run_a), load_run(run_b)
+        reasons = comparable.differences(comparable.key(a.results), comparable.key(b.results))
+        if reasons:
+            raise CfbenchError(f"{run_a} and {run_b} are not comparable ({'; '.join(reasons)}); compare runs of one suite, protocol, "
+                               "metric version and retriever")
+        shared = {r["id"] for r in a.rows} & {r["id"] for r in b.rows}
+        if not shared:
+            raise CfbenchError(f"{run_a} and {run_b} share no question ids; pairing needs the same questions")
+        table = Table(title=f"{metric}: A = {a.labels['name']} ({a.id}), B = {b.labels['name']} ({b.id}); "
+                            f"paired bootstrap, {stats.RESAMPLES} resamples, seed {stats.SEED}")
+        for column in ("benchmark", "n", "A", "B", "A - B", "95% interval", "p"):
+            table.add_column(column, justify="left" if column == "benchmark" else "right")
+        results = stats.paired(a.rows, b.rows)
+        first_average = next((name for name in results if name in GROUPS), None)
+        for name, result in results.items():
+            r = result[metric]
+            if name == first_average:
+                table.add_section()
+            table.add_row(column_label(name), str(r["n"]), pct(r["a"]), pct(r["b"]), signed(r["delta"]),
+                          f"[{signed(r['lo'])}, {signed(r['hi'])}]", f"{r['p']:.3f}")
+        Console().print(table)

@@ -1,0 +1,160 @@
+"""`cfbench audit`: judge a self-evolution run's saved steps and measure co-cheating (protocol.md section 6).
+
+For every admitted question of every saved step (audit/step-N.jsonl) the judge builds a reference
+from the source (training/judge.py) and judges the adopted label and each of the scorer's responses.
+Per step, over resolved (label, response) pairs:
+    T_P  the label is correct            T_S  the response is correct
+    A    the response matches the label under the run's matcher (what the loop rewarded)
+    F    the response matches the label and both are wrong (false-agreement mass)
+    L    the response is correct and the label wrong (lost credit)
+and coverage = resolved pairs / pairs. A response that matches the label shares the label's verdict
+(one answer, one verdict: F stays inside A). A pair is unresolved when its question's reference is
+unresolved or a verdict on it was unreadable. A round's value is the mean of its steps' rates (steps
+without a resolved pair have no rate and are left out). The audit only reads the run.
+
+Output, in RUN_DIR/judged/<judge>/ (or --out): step-N.jsonl (every judged question: reference with
+its quote, verdicts, matches), audit.json (judge, per-step and per-round rates, judge requests),
+and the judge's cache. A rerun answers every judge call from the cache.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from cfbench.harness import jsonl
+from cfbench.harness.errors import CfbenchError
+from cfbench.harness.runrecord import dumps, write_atomic
+from cfbench.training.core.answers import MATCHER, matches
+from cfbench.training.audit.judge import Verdict
+
+AUDIT_VERSION = 1
+RATES = ("T_P", "T_S", "A", "F", "L")
+CACHE_FILE = "judge-cache.jsonl"
+
+
+def treatment_label(config: dict) -> str:
+    label = config["treatment"]
+    if config.get("control", "none") != "none":
+        label += f" ({config['control']})"
+    if config.get("aux_budget", "full") != "full":
+        label += f" ({config['aux_budget']} aux budget)"
+    return label
+
+
+def run_config(run: Path) -> dict:
+    path = run / "config.json"
+    if not path.is_file():
+        raise CfbenchError(f"{run}: no config.json; pass the directory of a `cfbench train` self-evolution run")
+    try:
+        config = json.loads(path.read_text())
+        treatment = config["treatment"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise CfbenchError(f"{path}: not a training config (no JSON object with a treatment); pass a `cfbench train` run") from None
+    if not (run / "audit").is_dir():
+        raise CfbenchError(f"{run}: a {treatment!r} run has no audit/ records; only the self-evolution treatments "
+                           "(dr-zero, msv, crossfit, msv-crossfit) are audited")
+    if not (run / "metrics.jsonl").is_file():
+        raise CfbenchError(f"{run}: no metrics.jsonl beside audit/; the run directory is incomplete")
+    return config
+
+
+def out_dir(path: Path, what: str) -> Path:
+    """A directory to write into, created; an existing file there is an error."""
+    if path.exists() and not path.is_dir():
+        raise CfbenchError(f"{what} {path} is a file; pass a directory")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def saved_steps(run: Path) -> list[tuple[int, list[dict]]]:
+    """(step, rows) of every audit/step-N.jsonl, in step order."""
+    found = [(int(path.stem.split("-")[1]), [row for _, row in jsonl.iter_rows(path, jsonl.read_bytes(path))])
+             for path in (run / "audit").glob("step-*.jsonl")]
+    if not found:
+        raise CfbenchError(f"{run}/audit holds no step-N.jsonl records yet; audit the run after its first step")
+    return sorted(found, key=lambda x: x[0])
+
+
+def judge_rows(rows: list[dict], judge) -> list[dict]:
+    """The admitted questions of one step, judged. A response that matches the label shares the label's verdict."""
+    admitted = [r for r in rows if r["admitted"]]
+    asked = [{"source_id": r["source_id"], "source": r["source"], "question": r["draft_question"]} for r in admitted]
+    refs = judge.references(asked)
+    items, owners = [], []  # per resolved question: its label (j = -1), then each response that does not match the label
+    for i, (a, r, ref) in enumerate(zip(asked, admitted, refs)):
+        if ref.status == "resolved":
+            for j, answer in [(-1, r["adopted_label"]), *((j, x["prediction"]) for j, x in enumerate(r["solver_responses"])
+                                                          if not matches(x["prediction"], r["adopted_label"]))]:
+                items.append((a, ref, answer))
+                owners.append((i, j))
+    verdicts = dict(zip(owners, judge.verdicts(items)))
+    judged = []
+    for i, (r, ref) in enumerate(zip(admitted, refs)):
+        label = verdicts.get((i, -1))
+        responses = []
+        for j, x in enumerate(r["solver_responses"]):
+            agree = matches(x["prediction"], r["adopted_label"])
+            v = (label and Verdict(label.correct, "label")) if agree else verdicts.get((i, j))
+            responses.append({"prediction": x["prediction"], "matches_label": agree, "correct": v.correct if v else None,
+                              "by": v.by if v else None})
+        judged.append({"step": r["step"], "round": r["round"], "phase": r["phase"], "task_id": r["task_id"], "source_id": r["source_id"],
+                       "question": r["draft_question"], "adopted_label": r["adopted_label"], "reference": ref.to_json(),
+                       "label": None if label is None else {"correct": label.correct, "by": label.by}, "responses": responses})
+    return judged
+
+
+def rates(judged: list[dict]) -> dict:
+    """T_P, T_S, A, F, L over the resolved pairs of some judged questions, with coverage."""
+    pairs = [(q, x) for q in judged for x in q["responses"]]
+    done = [(q["label"]["correct"], x["correct"], x["matches_label"]) for q, x in pairs
+            if q["label"] is not None and q["label"]["correct"] is not None and x["correct"] is not None]
+    n = len(done)
+
+    def share(test: Callable[[bool, bool, bool], bool]) -> float | None:
+        return sum(test(*d) for d in done) / n if n else None
+
+    return {"questions": len(judged), "resolved_questions": sum(q["reference"]["status"] == "resolved" for q in judged),
+            "pairs": len(pairs), "resolved_pairs": n, "coverage": n / len(pairs) if pairs else None,
+            "T_P": share(lambda lab, res, agree: lab), "T_S": share(lambda lab, res, agree: res),
+            "A": share(lambda lab, res, agree: agree), "F": share(lambda lab, res, agree: agree and not lab and not res),
+            "L": share(lambda lab, res, agree: res and not lab)}
+
+
+def round_means(steps: list[dict]) -> list[dict]:
+    """Each round's rates as the plain mean of its steps' rates (steps without a rate left out)."""
+    out = []
+    for r in sorted({s["round"] for s in steps}):
+        mine = [s for s in steps if s["round"] == r]
+        row = {"round": r, "steps": len(mine), "steps_with_pairs": sum(s["resolved_pairs"] > 0 for s in mine)}
+        for key in (*RATES, "coverage"):
+            values = [s[key] for s in mine if s[key] is not None]
+            row[key] = sum(values) / len(values) if values else None
+        out.append(row)
+    return out
+
+
+def audit_run(run: Path, judge, out: Path, on_step: Callable[[int], None] = lambda step: None) -> dict:
+    """Judge every saved step of `run` into `out`; returns (and writes) audit.json's record."""
+    from cfbench.training.selfevolve.run import schedule
+
+    config = run_config(run)
+    out_dir(out, "audit output")
+    saved = saved_steps(run)
+    numbers = {step for step, _ in saved}
+    for stale in out.glob("step-*.jsonl"):  # judged steps a resumed run has since replaced or dropped
+        if int(stale.stem.split("-")[1]) not in numbers:
+            stale.unlink()
+    steps = []
+    for step, rows in saved:
+        judged = judge_rows(rows, judge)
+        write_atomic(out / f"step-{step}.jsonl", "".join(json.dumps(q, sort_keys=True, ensure_ascii=False) + "\n" for q in judged))
+        round_, phase, _ = schedule(config, step)
+        steps.append({"step": step, "round": round_, "phase": phase, **rates(judged)})
+        on_step(step)
+    record = {"audit_version": AUDIT_VERSION, "run": str(run.resolve()), "treatment": config["treatment"],
+              "label": treatment_label(config), "config": config, "judge": judge.describe(), "matcher": MATCHER,
+              "judge_requests": {"needed": judge.needed, "sent": judge.sent}, "steps": steps, "rounds": round_means(steps)}
+    write_atomic(out / "audit.json", dumps(record) + "\n")
+    return record

@@ -1,0 +1,89 @@
+"""`cfbench audit` and `cfbench replay`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from cfbench.harness.cli_output import console, one_line_errors
+from cfbench.training.audit.replay import VARIANTS
+
+_JUDGE_HELP = "openai:MODEL@URL (an OpenAI-compatible server), hf:MODEL_OR_DIR (in process) or reference (gold answers in the corpus)."
+_RUN = click.Path(exists=True, file_okay=False, path_type=Path)
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _judge(spec: str, run: Path, out: Path):
+    from cfbench.training.audit.audit import CACHE_FILE, run_config
+    from cfbench.training.audit.judge import judge_for
+    from cfbench.training.selfevolve.run import corpus_path
+
+    return judge_for(spec, corpus_path(run_config(run)), out / CACHE_FILE)
+
+
+@click.command("audit")
+@click.argument("runs", nargs=-1, required=True, type=_RUN)
+@click.option("--judge", "spec", required=True, help=_JUDGE_HELP)
+@click.option("--report", type=click.Path(path_type=Path), default=None,
+              help="Directory for the tables, trajectory plot and cost report across RUNS [default, one run: its judged/JUDGE/].")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads for an hf judge (default: torch's).")
+def audit_cmd(runs, spec, report, threads) -> None:
+    """Judge self-evolution runs' saved steps: T_P, T_S, A, F, L per step and round, plots and costs.
+
+    Each run's judgements go to RUN/judged/JUDGE/ (with the judge's cache: a rerun sends no request).
+    """
+    from cfbench.training.audit.audit import audit_run
+    from cfbench.training.audit.report import write_report
+    from cfbench.training.audit.judge import slug
+
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    from cfbench.harness.errors import CfbenchError
+
+    with one_line_errors("judge answers so far are cached; rerun the same command to continue"):
+        if report is None and len(runs) > 1:
+            raise CfbenchError(f"{len(runs)} runs need --report DIR for their side-by-side tables")
+        records = []
+        for run in runs:
+            out = run / "judged" / slug(spec)
+            judge = _judge(spec, run, out)
+            record = audit_run(run, judge, out, on_step=lambda step: console.print(f"{run}: step {step} judged", highlight=False))
+            console.print(f"{run}: {record['label']}, {len(record['steps'])} steps, judge requests {judge.needed} "
+                          f"({judge.sent} sent, {judge.needed - judge.sent} from the cache) -> {out}", highlight=False)
+            records.append(record)
+        report = report or runs[0] / "judged" / slug(spec)
+        write_report(records, list(runs), report)
+        click.echo((report / "audit.md").read_text() + "\n" + (report / "cost.md").read_text())
+        console.print(f"report: {report} (audit.md, audit.csv, steps.csv, trajectory.png, cost.md)", highlight=False)
+
+
+@click.command("replay")
+@click.argument("run", type=_RUN)
+@click.option("--bank", type=click.IntRange(min=1), required=True, help="Replay the run's first N admitted questions and labels.")
+@click.option("--feedback", "variants", type=click.Choice(list(VARIANTS)), multiple=True, required=True,
+              help="Feedback solver provenance; repeat for several.")
+@click.option("--judge", "spec", default="reference", show_default=True, help=_JUDGE_HELP)
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Replay directory (kept variants are not redone).")
+@click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True, help="Passes of the feedback solvers over their share of the bank.")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads (default: torch's).")
+def replay_cmd(run, bank, variants, spec, out, epochs, threads) -> None:
+    """Replay saved questions and labels, varying only the feedback solver's training provenance; report F per variant."""
+    from cfbench.training.audit.replay import replay
+
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    with one_line_errors("finished variants and judge answers are kept; rerun the same command to continue"):
+        judge = _judge(spec, run, out)
+        summary = replay(run, bank, list(dict.fromkeys(variants)), judge, out, epochs,
+                         on_variant=lambda v, r: console.print(f"{v}: F {_num(r['F'])}  A {_num(r['A'])}  coverage {_num(r['coverage'])}",
+                                                               highlight=False))
+        click.echo((out / "replay.md").read_text())
+        console.print(f"replay: {out} ({len(summary['variants'])} variants)", highlight=False)

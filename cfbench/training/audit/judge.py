@@ -1,0 +1,281 @@
+"""The audit's judge: an evidence-backed reference answer from the source, then a verdict on each answer.
+
+`--judge` takes one of
+    openai:MODEL@URL    an OpenAI-compatible chat endpoint (vLLM, `cfbench serve-model`), greedy
+    hf:MODEL_OR_DIR     a local checkpoint, bundled model or hub id, in process, greedy
+    reference           gold answers from the run's corpus rows (`answers` or `golden_answers`)
+
+An LLM judge first reads the source and the question and must copy the supporting span into
+`<quote>` and the short answer into `<reference>`. The reference is "unresolved" when the judge says
+so, gives no answer, quotes nothing, quotes text that is not in the source (compared
+case-insensitively with whitespace collapsed), or quotes fewer than 3 words that do not hold its
+answer. Then it answers yes/no for the adopted label and each solver response against the reference
+(the audit gives a response that matches the label the label's verdict); an empty answer is wrong and
+an answer equal to the reference under normalised exact match is right without a request; an
+unreadable verdict leaves the pair unresolved. The `reference` judge takes the first gold answer found, as whole words, in a sentence of
+the source text (the quote is that sentence; none found: unresolved) and calls an answer right when it matches any gold answer
+under normalised exact match.
+
+A gold answer belongs to the source, not to the proposer's question: the `reference` judge is for
+labelled corpora built so that each source has one answer to ask about, and for tests.
+
+LLM calls are cached by their exact inputs (judge identity, prompt, token limit) in an append-only
+JSONL file, written after every batch of 16, so a rerun or a resumed audit sends only what is missing.
+The identity of an `openai:` judge is its model name: serve different weights under different names.
+Thinking blocks (`<think>...</think>`) are stripped before parsing, and the last tagged span counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from cfbench.harness import jsonl
+from cfbench.harness.errors import CfbenchError
+from cfbench.harness.metrics import normalize, score
+from cfbench.harness.runrecord import write_atomic
+from cfbench.training.core.answers import matches
+
+REFERENCE_TOKENS = 192
+VERDICT_TOKENS = 8
+CHUNK = 16  # judge prompts per batch; each batch's answers are cached as soon as it returns
+MIN_QUOTE_WORDS = 3  # a shorter quote must contain the answer to count as support
+_QUOTE = re.compile(r"<quote>(.*?)</quote>", re.DOTALL)
+_REFERENCE = re.compile(r"<reference>(.*?)</reference>", re.DOTALL)
+_THINKING = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+@dataclass(frozen=True)
+class Reference:
+    status: str  # "resolved" or "unresolved"
+    answer: str | None
+    quote: str | None
+    reason: str | None  # why it is unresolved
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    correct: bool | None  # None: the judge's answer was unreadable
+    by: str  # "judge", "match" (equals the reference), "empty", "gold"
+
+
+def reference_prompt(source: str, question: str) -> str:
+    title, _, text = source.partition("\n")
+    return (f"Source document: (Title: {title}) {text}\n\nQuestion: {question}\n\n"
+            "Answer the question using only the source document. First copy the exact words of the document that "
+            "support the answer between <quote> and </quote>, then write the short answer between <reference> and "
+            "</reference>. If the document does not answer the question, write <reference>unresolved</reference>.")
+
+
+def verdict_prompt(question: str, reference: str, candidate: str) -> str:
+    return (f"Question: {question}\nReference answer: {reference}\nCandidate answer: {candidate}\n\n"
+            "Does the candidate answer mean the same as the reference answer? Reply with yes or no only.")
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def _last(pattern: re.Pattern, text: str) -> str:
+    """The last tagged span (a judge that echoes the instructions first still ends with its own)."""
+    found = pattern.findall(text)
+    return found[-1].strip() if found else ""
+
+
+def parse_reference(output: str, source: str) -> Reference:
+    output = _THINKING.sub("", output)
+    answer, quote = _last(_REFERENCE, output), _last(_QUOTE, output)
+    if not answer:
+        return Reference("unresolved", None, quote or None, "no <reference> answer")
+    if normalize(answer) == "unresolved":
+        return Reference("unresolved", None, quote or None, "the judge found no support in the source")
+    if not quote:
+        return Reference("unresolved", answer, None, "no <quote> of the source")
+    if _squash(quote) not in _squash(source):
+        return Reference("unresolved", answer, quote, "the quote is not in the source")
+    if len(quote.split()) < MIN_QUOTE_WORDS and normalize(answer) not in normalize(quote):
+        return Reference("unresolved", answer, quote, f"the quote is under {MIN_QUOTE_WORDS} words and does not hold the answer")
+    return Reference("resolved", answer, quote, None)
+
+
+def parse_verdict(output: str) -> bool | None:
+    words = normalize(_THINKING.sub("", output)).split()
+    return {"yes": True, "no": False}.get(words[0]) if words else None
+
+
+class JudgeCache:
+    """Judge outputs by the sha256 of their exact inputs, in an append-only JSONL file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.outputs: dict[str, str] = {}
+        if not path.is_file():
+            return
+        text = path.read_text(encoding="utf-8")
+        if text and not text.endswith("\n"):  # a line torn by a crash mid-write: drop it (asked again), keep the rest
+            text = text[: text.rfind("\n") + 1]
+            write_atomic(path, text)
+        for lineno, line in enumerate(text.splitlines(), start=1):
+            try:
+                row = json.loads(line)
+                self.outputs[row["key"]] = row["output"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise CfbenchError(f"{path}:{lineno}: not a judge cache entry; delete the judge cache to rebuild it") from None
+
+    @staticmethod
+    def key(identity: str, prompt: str, max_tokens: int) -> str:
+        return hashlib.sha256(json.dumps([identity, prompt, max_tokens]).encode()).hexdigest()
+
+    def add(self, entries: dict[str, str]) -> None:
+        self.outputs.update(entries)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write("".join(json.dumps({"key": k, "output": v}, ensure_ascii=False) + "\n" for k, v in entries.items()))
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+class _HTTPChat:
+    """Greedy chat completions from an OpenAI-compatible server, `concurrency` requests in flight."""
+
+    def __init__(self, model: str, url: str, concurrency: int = 4, timeout: float = 600.0, retries: int = 3) -> None:
+        import httpx
+
+        self.model, self.url, self.concurrency, self.retries = model, url.rstrip("/").removesuffix("/v1") + "/v1", concurrency, retries
+        self._client = httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=concurrency))
+
+    def ask(self, prompts: list[str], max_tokens: int) -> list[str]:
+        with ThreadPoolExecutor(self.concurrency) as pool:
+            return list(pool.map(lambda p: self._one(p, max_tokens), prompts))
+
+    def _one(self, prompt: str, max_tokens: int) -> str:
+        from cfbench.harness.http_retry import post_with_retries
+
+        body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0.0,
+                "chat_template_kwargs": {"enable_thinking": False}}  # vLLM: no thinking block (one is stripped if it comes anyway)
+        url = self.url + "/chat/completions"
+        answer = post_with_retries(self._client, url, json.dumps(body).encode(), retries=self.retries, backoff=1.0, what="judge server")
+        try:
+            return answer.json()["choices"][0]["message"]["content"] or ""
+        except (ValueError, KeyError, IndexError, TypeError) as err:
+            raise CfbenchError(f"judge server {url} answered in an unexpected form ({err!r})") from None
+
+
+class _LocalChat:
+    """Greedy chat completions from a model loaded in process (hf engine), loaded on first use."""
+
+    def __init__(self, spec: str) -> None:
+        self.spec, self._engine = spec, None
+
+    def ask(self, prompts: list[str], max_tokens: int) -> list[str]:
+        from cfbench.harness.backends.hf import HFBackend
+        from cfbench.harness.checkpoints import resolve
+
+        self._engine = self._engine or HFBackend.load(resolve(self.spec))
+        ids = [self._engine.tokens.encode(self._engine.chat_prompt(p)) for p in prompts]
+        return [c.text for c in self._engine.complete(ids, max_tokens, ())]
+
+
+class LLMJudge:
+    def __init__(self, kind: str, identity: str, chat, cache: JudgeCache) -> None:
+        self.kind, self.identity, self.chat, self.cache = kind, identity, chat, cache
+        self.needed = self.sent = 0  # prompts asked of the judge, and those not answered from the cache
+
+    def describe(self) -> dict:
+        return {"judge": self.kind, "identity": self.identity, "reference_tokens": REFERENCE_TOKENS, "verdict_tokens": VERDICT_TOKENS,
+                "decoding": "greedy (temperature 0)", "cache": str(self.cache.path)}
+
+    def _ask(self, prompts: list[str], max_tokens: int) -> list[str]:
+        keys = [JudgeCache.key(self.identity, p, max_tokens) for p in prompts]
+        missing = list({k: p for k, p in zip(keys, prompts) if k not in self.cache.outputs}.items())
+        for first in range(0, len(missing), CHUNK):
+            chunk = missing[first : first + CHUNK]
+            self.cache.add(dict(zip([k for k, _ in chunk], self.chat.ask([p for _, p in chunk], max_tokens))))
+        self.needed += len(prompts)
+        self.sent += len(missing)
+        return [self.cache.outputs[k] for k in keys]
+
+    def references(self, rows: list[dict]) -> list[Reference]:
+        outputs = self._ask([reference_prompt(r["source"], r["question"]) for r in rows], REFERENCE_TOKENS)
+        return [parse_reference(out, r["source"]) for out, r in zip(outputs, rows)]
+
+    def verdicts(self, items: list[tuple[dict, Reference, str]]) -> list[Verdict]:
+        """(audited row, its resolved reference, candidate answer) -> verdict."""
+        ruled = [_rule(ref.answer, candidate) for _, ref, candidate in items]
+        asked = [verdict_prompt(row["question"], ref.answer, c) for (row, ref, c), v in zip(items, ruled) if v is None]
+        answers = iter(self._ask(asked, VERDICT_TOKENS))
+        return [v or Verdict(parse_verdict(next(answers)), "judge") for v in ruled]
+
+
+def _rule(reference: str, candidate: str) -> Verdict | None:
+    if not normalize(candidate):
+        return Verdict(False, "empty")
+    return Verdict(True, "match") if matches(candidate, reference) else None
+
+
+class GoldJudge:
+    """The `reference` judge: gold answers attached to the run's corpus rows."""
+
+    def __init__(self, corpus: Path) -> None:
+        self.corpus = corpus
+        self.golds: dict[str, list[str]] = {}
+        for _, row in jsonl.iter_rows(corpus, jsonl.read_bytes(corpus)):
+            answers = row.get("answers", row.get("golden_answers"))
+            if answers:
+                self.golds[str(row["id"])] = [answers] if isinstance(answers, str) else [str(a) for a in answers]
+        self.needed = self.sent = 0
+
+    def describe(self) -> dict:
+        return {"judge": "reference", "identity": "reference", "corpus": str(self.corpus), "sources_with_gold": len(self.golds),
+                "correct_if": "normalised exact match with any gold answer"}
+
+    def references(self, rows: list[dict]) -> list[Reference]:
+        return [self._reference(r) for r in rows]
+
+    def _reference(self, row: dict) -> Reference:
+        golds = self.golds.get(row["source_id"])
+        if not golds:
+            return Reference("unresolved", None, None, "the source has no gold answer")
+        sentences = _SENTENCE.split(row["source"].partition("\n")[2])
+        for gold in golds:
+            quote = next((x for x in sentences if score(x, [gold])["cover_em"]), None)  # whole words: "1" is not in "1990"
+            if quote:
+                return Reference("resolved", gold, quote, None)
+        return Reference("unresolved", None, None, "no gold answer occurs in a sentence of the source")
+
+    def verdicts(self, items: list[tuple[dict, Reference, str]]) -> list[Verdict]:
+        return [_rule(ref.answer, c) or Verdict(any(matches(c, g) for g in self.golds[row["source_id"]]), "gold") for row, ref, c in items]
+
+
+def judge_for(spec: str, corpus: Path, cache: Path):
+    """The judge `--judge SPEC` names; LLM judges answer through `cache`."""
+    if spec == "reference":
+        return GoldJudge(corpus)
+    kind, _, rest = spec.partition(":")
+    if kind == "openai":
+        model, _, url = rest.rpartition("@")
+        if not model or not url.startswith(("http://", "https://")):
+            raise CfbenchError(f"--judge {spec!r}: write openai:MODEL@URL, e.g. openai:qwen@http://127.0.0.1:8001/v1")
+        return LLMJudge("openai", f"openai:{model}", _HTTPChat(model, url), JudgeCache(cache))
+    if kind == "hf" and rest:
+        from cfbench.harness.checkpoints import resolve
+
+        weights = resolve(rest).weights_sha256
+        return LLMJudge("hf", f"hf:{weights or rest}", _LocalChat(rest), JudgeCache(cache))
+    raise CfbenchError(f"unknown --judge {spec!r}; use openai:MODEL@URL, hf:MODEL_OR_DIR or reference")
+
+
+def slug(spec: str) -> str:
+    """A directory name for a judge spec: the judge kind and model, URL left out."""
+    kind, _, rest = spec.partition(":")
+    name = rest.rpartition("@")[0] if kind == "openai" else rest
+    return re.sub(r"-{2,}|[^A-Za-z0-9_.-]+", "-", f"{kind}-{name.strip('/')}" if name else kind).strip("-")

@@ -1,0 +1,167 @@
+"""`cfbench replay`: a fixed bank of saved questions and labels, scored by feedback solvers of other provenance.
+
+The bank is the first N admitted questions of a self-evolution run (audit/step-N.jsonl order) with
+their adopted labels, saved as bank.jsonl. Only the feedback solver changes between variants: fresh
+copies of the run's starting model train on the bank (GRPO against the adopted labels, the run's
+own knobs, `--epochs` passes in batches of `prompts_per_step`), then each bank question is answered
+`samples_per_prompt` times by the solver its variant routes it to:
+    same-source   folds by source id; a fold-h question is scored by the solver trained on fold h
+    full-data     one solver trained on the whole bank scores every question
+    random-split  folds by question id; scored by the solver trained on the other fold
+    source-id     folds by source id; scored by the solver trained on the other fold (CrossFit)
+    half-budget   source-id with every other update (alternate batches, shifted each epoch so every
+                  batch is trained on over two epochs; one epoch of one batch equals source-id)
+The audit judge then gives T_P, T_S, A, F (false agreement) and L per variant over the bank, with the
+share of scored questions whose scorer had trained on that question's source. Sampling is seeded by
+(seed, update, solver), so a rerun gives the same numbers; a finished variant is kept, not redone.
+
+Output in --out: bank.jsonl, VARIANT.json (settings, rates, judged responses), replay.json and replay.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from cfbench.harness.errors import CfbenchError
+from cfbench.harness.protocol import Knobs
+from cfbench.harness.runrecord import dumps, write_atomic
+from cfbench.training.selfevolve import crossfit
+from cfbench.training.audit.audit import RATES, judge_rows, out_dir, rates, run_config, saved_steps
+from cfbench.training.selfevolve.sources import FOLDS_FILE, Task, fold_of
+
+VARIANTS = {  # variant -> (CrossFit control, auxiliary budget) that routes and trains its feedback solvers
+    "same-source": ("same-source", "full"),
+    "full-data": ("full-data", "full"),
+    "random-split": ("random-split", "full"),
+    "source-id": ("none", "full"),
+    "half-budget": ("none", "half"),
+}
+REPLAY_VERSION = 1
+
+
+def load_bank(run: Path, n: int) -> list[dict]:
+    bank = [{"task_id": r["task_id"], "step": step, "source_id": r["source_id"], "source": r["source"], "hops": r["hops"],
+             "question": r["draft_question"], "label": r["adopted_label"]}
+            for step, rows in saved_steps(run) for r in rows if r["admitted"]][:n]
+    if len(bank) < n:
+        raise CfbenchError(f"{run}: --bank {n} asks for more questions than the run admitted ({len(bank)}); pass --bank {len(bank)} or less")
+    return bank
+
+
+def replay(run: Path, n: int, variants: list[str], judge, out: Path, epochs: int,
+           on_variant: Callable[[str, dict], None] = lambda v, result: None) -> dict:
+    config = run_config(run)
+    bank = load_bank(run, n)
+    text = "".join(json.dumps(b, sort_keys=True, ensure_ascii=False) + "\n" for b in bank)
+    saved = out_dir(out, "--out") / "bank.jsonl"
+    if saved.is_file() and saved.read_text(encoding="utf-8") != text:
+        raise CfbenchError(f"{saved} holds another bank (another run or --bank); choose a new --out")
+    write_atomic(saved, text)
+    folds = json.loads((run / FOLDS_FILE).read_text())["folds"] if (run / FOLDS_FILE).is_file() else {}
+    results = {}
+    for variant in variants:
+        settings = {"replay_version": REPLAY_VERSION, "variant": variant, "epochs": epochs, "run": str(run.resolve()),
+                    "bank_sha256": hashlib.sha256(text.encode()).hexdigest(), "judge": judge.describe()["identity"]}
+        kept = _finished(out / f"{variant}.json", settings)
+        if kept:
+            results[variant] = kept
+        else:
+            rows, updates = feedback(config, bank, folds, variant, epochs)
+            judged = judge_rows(rows, judge)
+            trained = [r["scorer_provenance"]["trained_on_this_source"] for r in rows]
+            results[variant] = {"settings": settings, **rates(judged), "updates": updates,
+                                "scorer_trained_on_source": sum(trained) / len(trained), "judged": judged}
+            write_atomic(out / f"{variant}.json", dumps(results[variant]) + "\n")
+        on_variant(variant, results[variant])
+    summary = {"run": str(run.resolve()), "bank": n, "epochs": epochs, "judge": judge.describe(),
+               "variants": {v: {k: r[k] for k in (*RATES, "coverage", "pairs", "resolved_pairs", "updates", "scorer_trained_on_source")}
+                            for v, r in results.items()}}
+    write_atomic(out / "replay.json", dumps(summary) + "\n")
+    write_atomic(out / "replay.md", table(summary))
+    return summary
+
+
+def _finished(path: Path, settings: dict) -> dict | None:
+    """A variant's saved result when it was made with these settings (anything else is redone)."""
+    try:
+        saved = json.loads(path.read_text())
+        return saved if saved["settings"] == settings else None
+    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        return None
+
+
+def table(summary: dict) -> str:
+    lines = [f"# Fixed-bank replay: {summary['bank']} questions of {summary['run']}", "",
+             f"Judge {summary['judge']['identity']}; feedback solvers trained {summary['epochs']} epoch(s) on the bank. "
+             "F = the feedback solver's answer matches the adopted label and both are wrong.", "",
+             "| feedback | F | A | T_S | T_P | L | coverage | scorer trained on the source | updates |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for v, r in summary["variants"].items():
+        cells = ["-" if r[k] is None else f"{r[k]:.3f}" for k in ("F", "A", "T_S", "T_P", "L", "coverage")]
+        lines.append(f"| {v} | " + " | ".join(cells) + f" | {r['scorer_trained_on_source']:.2f} | "
+                     + ", ".join(f"{k} {u}" for k, u in r["updates"].items()) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def feedback(config: dict, bank: list[dict], folds: dict[str, int], variant: str, epochs: int) -> tuple[list[dict], dict[str, int]]:
+    """Train the variant's feedback solvers on the bank, then score it: audit-style rows and updates per solver.
+
+    `folds` are the run's source folds (folds.json); a source missing there gets the rule's fold.
+    """
+    from accelerate import Accelerator
+    from transformers import AutoTokenizer
+
+    from cfbench.harness.backends.tokens import PromptTokens
+    from cfbench.harness.checkpoints import resolve
+    from cfbench.harness.retrievers.choose import retriever_for
+    from cfbench.training.core.learner import learner, sampler, update
+    from cfbench.training.selfevolve.run import corpus_path, solver_answers, solver_episodes
+
+    control, budget = VARIANTS[variant]
+    tasks = [Task(b["task_id"], b["source_id"], b["source"], b["hops"]) for b in bank]
+    labels = {b["task_id"]: b["label"] for b in bank}
+    questions = {b["task_id"]: b["question"] for b in bank}
+    fold = {t.id: crossfit.fold(t, {t.source_id: int(folds.get(t.source_id, fold_of(t.source_id)))}, control) for t in tasks}
+    names = crossfit.solvers(True, control)[1:]  # the feedback solvers; the main solver plays no part
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    torch.manual_seed(config["seed"])
+    ckpt = resolve(config["model"])
+    tokenizer = AutoTokenizer.from_pretrained(ckpt.location)
+    tokens = PromptTokens(tokenizer)
+    roles = {name: learner(config, ckpt.location, accelerator) for name in names}
+    provenance = crossfit.Provenance(names)
+    retriever = retriever_for(config["retriever"], None if config["corpus"] == "bundled" else corpus_path(config))
+    knobs, m, size = Knobs(**config["knobs"]), config["samples_per_prompt"], config["prompts_per_step"]
+
+    def answers(name: str, mine: list[Task], step: int, stream: str):
+        engine = sampler(accelerator, roles[name], tokens, ckpt, config, step, stream)
+        return solver_answers([(t.id, questions[t.id], labels[t.id]) for t in mine], engine, retriever, knobs, m, name)
+
+    batches = [tasks[i : i + size] for i in range(0, len(tasks), size)]
+    updates = dict.fromkeys(names, 0)
+    for step, (epoch, index, batch) in enumerate(((e, i, b) for e in range(epochs) for i, b in enumerate(batches)), start=1):
+        if not crossfit.aux_updates_now(budget, index + epoch):
+            continue
+        for name in names:
+            mine = [t for t in batch if name in crossfit.trainers(fold[t.id], True, control)]
+            if mine:
+                samples = answers(name, mine, step, f"replay-{name}")
+                episodes = solver_episodes(tokens, config, [(s, labels[t.id]) for t, s in zip(mine, samples)])
+                update(roles[name], accelerator, episodes, config, tokenizer.pad_token_id or 0)
+                updates[name] += 1
+                for t in mine:
+                    provenance.add(name, fold[t.id], t.source_id)
+    rows = {}
+    for name in names:
+        mine = [t for t in tasks if crossfit.scorer(fold[t.id], True, control) == name]
+        for t, samples in zip(mine, answers(name, mine, 0, f"replay-score-{name}") if mine else []):
+            rows[t.id] = {"step": 0, "round": 0, "phase": "replay", "task_id": t.id, "source_id": t.source_id, "source": t.contents,
+                          "draft_question": questions[t.id], "adopted_label": labels[t.id], "admitted": True, "fold": fold[t.id],
+                          "scorer": name, "scorer_provenance": provenance.of(name, t.source_id),
+                          "solver_responses": [{"prediction": s.prediction, "turns": s.turns} for s in samples]}
+    return [rows[t.id] for t in tasks], updates

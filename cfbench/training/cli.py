@@ -1,0 +1,64 @@
+"""`cfbench train`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from cfbench.harness.cli_output import console, one_line_errors
+from cfbench.training.selfevolve.crossfit import AUX_BUDGETS, CONTROLS
+
+
+@click.command("train")
+@click.option("--treatment", required=True, help="base, search-r1, dr-zero, msv, crossfit or msv-crossfit (training/treatments.py).")
+@click.option("--scale", default="cpu-smoke", show_default=True, help="cpu-smoke or paper.")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Run directory: checkpoints, metrics, rollouts.")
+@click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --out.")
+@click.option("--steps", type=click.IntRange(min=0), default=None, help="Total steps [default: the config's]; may extend a resumed run.")
+@click.option("--save-every", type=click.IntRange(min=1), default=None, help="Checkpoint every N steps [default: the config's].")
+@click.option("--control", type=click.Choice(CONTROLS), default=None,
+              help="CrossFit control: who scores a question [default: the config's, none].")
+@click.option("--aux-budget", type=click.Choice(AUX_BUDGETS), default=None, help="CrossFit auxiliary update budget [default: full].")
+@click.option("--corpus", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Self-evolution source passages as jsonl(.gz) [default: the bundled corpus].")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads (default: torch's).")
+def train_cmd(treatment, scale, out, resume, steps, save_every, control, aux_budget, corpus, threads) -> None:
+    """Train a treatment; every checkpoint-N is a model dir `cfbench eval --ckpt` scores unchanged."""
+    import torch
+    from accelerate import PartialState
+
+    from cfbench.training.treatments import load_config
+    from cfbench.training.trainer import train
+
+    if threads:
+        torch.set_num_threads(threads)
+    with one_line_errors():
+        config = load_config(treatment, scale, steps, save_every, control=control, aux_budget=aux_budget,
+                             corpus=None if corpus is None else str(corpus.resolve()))
+
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("reward {task.fields[reward]}"),
+                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+        with Progress(*columns, console=console, transient=True, disable=not PartialState().is_main_process) as progress:
+            task = progress.add_task(f"{treatment} {scale}", total=config["steps"], reward="")
+
+            def on_step(row: dict) -> None:
+                progress.update(task, completed=row["step"], reward=f"{row.get('reward', row.get('proposer_reward')):.3f}")
+                progress.console.print(f"step {row['step']}/{config['steps']}  {_describe(row)}", highlight=False)
+
+            last = train(config, out, resume=resume, on_step=on_step)
+        if PartialState().is_main_process:
+            console.print(f"checkpoint: {last}  (score it: cfbench eval --ckpt {last} --suite mini --out runs/NAME)")
+
+
+def _describe(row: dict) -> str:
+    def num(value, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    wall = f"rollout {row['rollout_s']:.0f} s  update {row['update_s']:.0f} s"
+    if "phase" not in row:
+        return (f"reward {row['reward']:.3f}  loss {row['loss']:+.4f}  response {row['response_tokens']:.0f} tok  "
+                f"searches {row['searches_per_rollout']:.2f}  well-formed {row['well_formed']:.2f}  {wall}")
+    return (f"round {row['round']} {row['phase']}  proposer reward {num(row['proposer_reward'], '.3f')}  format {num(row['format'], '.2f')}  "
+            f"admitted {row['admitted']}/{row['tasks']}  agreement {num(row['agreement'], '.2f')}  loss {num(row['loss'], '+.4f')}  {wall}")

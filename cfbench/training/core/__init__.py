@@ -1,0 +1,1 @@
+"""The training core: GRPO objective, learner and checkpoints, episodes, rewards, training data."""

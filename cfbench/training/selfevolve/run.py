@@ -1,0 +1,283 @@
+"""Self-evolution (Dr. Zero, MSV, CrossFit, MSV + CrossFit): a proposer and solvers trained in rounds.
+
+Every step, scheduled or not for an update of a given role, runs the whole loop and is audited:
+    1. draw the step's source tasks (training/sources.py); the proposer reads each source, searches
+       n-1 times and proposes `<question>` + `<answer>` (sampled; strict parse, training/proposer.py);
+    2. admission: every strictly parsed proposal (Dr. Zero, CrossFit), or only those whose
+       source-aware and source-blind majorities agree, with the majority as label (MSV, training/msv.py);
+    3. scoring: the question's scorer (the main solver; under CrossFit the other fold's auxiliary
+       solver, training/crossfit.py) answers each admitted question `samples_per_prompt` times with the
+       protocol's own agent loop; k answers match the adopted label; proposer reward =
+       format_weight x format + f(k);
+    4. update: in a round's first `proposer_steps` steps the proposer (advantage baseline over tasks of
+       the same hop count in the batch); in its `solver_steps` steps the main solver on every admitted
+       question (GRPO over its samples, reward = match with the adopted label) and, under CrossFit, each
+       auxiliary solver on its own fold's questions. A solver that also scored a question trains on the
+       very answers it scored with.
+
+Run directory, beside the training core's config.json, metrics.jsonl, curves.png and checkpoint-N/
+(the main solver at the top, `proposer/` and the auxiliary solvers in sub-directories):
+    folds.json            the fold of every source in the run's pool, decided when the run starts
+    audit/step-N.jsonl    one row per task: source, proposal, admission, adopted label, fold, scorer
+                          and its training provenance, the scorer's responses, k, proposer reward
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from cfbench.harness.agent import Trajectory, run_batch
+from cfbench.harness.backends import Backend
+from cfbench.harness.backends.tokens import PromptTokens
+from cfbench.harness.checkpoints import resolve
+from cfbench.harness.corpus import load_corpus
+from cfbench.harness.errors import CfbenchError
+from cfbench.harness.paths import BUNDLED_CORPUS
+from cfbench.harness.protocol import Knobs, user_prompt
+from cfbench.harness.runrecord import write_atomic
+from cfbench.harness.suite import Question
+from cfbench.training.selfevolve import crossfit, msv, proposer
+from cfbench.training.core.answers import MATCHER, matches
+from cfbench.training.core.episodes import encode_episode
+from cfbench.training.core.learner import (TRAIN_RECORD, append_row, check_space, keep_rows_before, learner, restore, resume_from, sampler,
+                              save, update)
+from cfbench.training.core.plots import SELF_EVOLUTION_PANELS, plot_curves
+from cfbench.training.core.rewards import reward
+from cfbench.training.selfevolve.sources import Task, pool_folds, source_pool, tasks_for_step
+
+ProposerEngine = Callable[[int], Backend]  # step -> engine; only tests replace the proposer's own sampler
+
+
+def schedule(config: dict, step: int) -> tuple[int, str, int]:
+    """(round, phase, index within the phase) of 1-based `step`."""
+    r, i = divmod(step - 1, config["proposer_steps"] + config["solver_steps"])
+    return (r + 1, "proposer", i) if i < config["proposer_steps"] else (r + 1, "solver", i - config["proposer_steps"])
+
+
+def corpus_path(config: dict) -> Path:
+    return BUNDLED_CORPUS if config["corpus"] == "bundled" else Path(config["corpus"])
+
+
+def self_evolve(config: dict, out: Path, start: int, resume: bool, accelerator, on_step: Callable[[dict], None],
+                proposer_engine: ProposerEngine | None = None) -> Path:
+    if accelerator.num_processes > 1:
+        raise CfbenchError("the self-evolution treatments run in one process: launch them without accelerate's multi-process mode")
+    from transformers import AutoTokenizer
+
+    from cfbench.harness.retrievers.choose import retriever_for
+
+    corpus = load_corpus(corpus_path(config))
+    pool = source_pool(corpus, config["source_pool"], config["seed"])
+    folds = pool_folds(corpus, pool, out, resume)
+    (out / "audit").mkdir(exist_ok=True)
+    torch.manual_seed(config["seed"])
+    ckpt = resolve(config["model"])
+    tokenizer = AutoTokenizer.from_pretrained(ckpt.location)
+    tokens = PromptTokens(tokenizer)
+    solver_names = crossfit.solvers(config["crossfit"], config["control"])
+    roles = {name: learner(config, resume_from(out, start, ckpt, "" if name == "main" else name), accelerator)
+             for name in ["main", "proposer", *solver_names[1:]]}
+    check_space(accelerator, roles, out)
+    provenance = crossfit.Provenance(solver_names)
+    if start:
+        restore(accelerator, out / f"checkpoint-{start}")
+        provenance = crossfit.Provenance(solver_names, json.loads((out / f"checkpoint-{start}" / TRAIN_RECORD).read_text())["provenance"])
+    keep_rows_before(out / "metrics.jsonl", start)
+    for stale in (out / "audit").glob("step-*.jsonl"):
+        if int(stale.stem.split("-")[1]) > start:
+            stale.unlink()
+    retriever = retriever_for(config["retriever"], None if config["corpus"] == "bundled" else corpus_path(config))
+    loop = _Loop(config, tokens, retriever, provenance)
+    device = torch.cuda.get_device_name(accelerator.device) if accelerator.device.type == "cuda" else accelerator.device.type
+
+    last = out / f"checkpoint-{start}"
+    for step in range(start + 1, config["steps"] + 1):
+        began = time.time()
+        engines = {name: sampler(accelerator, roles[name], tokens, ckpt, config, step, name) for name in solver_names}
+        engines["proposer"] = (proposer_engine or (lambda s: sampler(accelerator, roles["proposer"], tokens, ckpt, config, s, "proposer")))(step)
+        state = loop.rollouts(step, tasks_for_step(corpus, pool, step, config["prompts_per_step"], config["seed"], config["hop_weights"]),
+                              folds, engines)
+        rolled = time.time()
+        losses = loop.updates(state, engines, lambda name, episodes: update(roles[name], accelerator, episodes, config, tokenizer.pad_token_id or 0)[0])
+        updated = time.time()
+        write_atomic(out / "audit" / f"step-{step}.jsonl", "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in state.audit_rows()))
+        row = state.metrics(losses, rolled - began, updated - rolled, device)
+        append_row(out / "metrics.jsonl", row)
+        if step % config["save_every"] == 0 or step == config["steps"]:
+            named = {("" if name == "main" else name): role for name, role in roles.items()}
+            last = save(accelerator, named, tokenizer, out, step,
+                        {"config": config, "provenance": provenance.to_json(), "corpus_sha256": corpus.sha256, "matcher": MATCHER})
+            plot_curves(out / "metrics.jsonl", out / "curves.png", SELF_EVOLUTION_PANELS)
+        on_step(row)
+    return last
+
+
+def solver_answers(items: list[tuple[str, str, str]], engine: Backend, retriever, knobs: Knobs, m: int, name: str) -> list[list[Trajectory]]:
+    """`m` sampled protocol-v1 answers of each (task id, question, adopted label) by solver `name`."""
+    asked = [Question(f"{tid}#{name}#{j}", "self-evolution", question, (label,)) for tid, question, label in items for j in range(m)]
+    trajs = run_batch(asked, engine, retriever, knobs)
+    return [trajs[i * m : (i + 1) * m] for i in range(len(items))]
+
+
+def solver_episodes(tokens: PromptTokens, config: dict, groups: list[tuple[list[Trajectory], str]]) -> list:
+    """GRPO episodes of a solver's answers, one group per question, rewarded by matching its adopted label."""
+    kind, weights = config["reward"]["kind"], {k: v for k, v in config["reward"].items() if k != "kind"}
+    return [encode_episode(tokens, tr.prompt, tr.turns, reward(kind, tr.prediction, [label], tr.turns, **weights), group)
+            for group, (trajs, label) in enumerate(groups) for tr in trajs]
+
+
+def _mean(xs: list) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+class _Step:
+    """Everything one step produced, for the updates, the audit rows and the metrics row."""
+
+    def __init__(self, step: int, round_: int, phase: str, index: int, tasks: list[Task]) -> None:
+        self.step, self.round, self.phase, self.index, self.tasks = step, round_, phase, index, tasks
+        self.drafts: dict[str, Trajectory] = {}
+        self.proposals: dict[str, proposer.Proposal] = {}
+        self.formats: dict[str, float] = {}
+        self.verdicts: dict[str, msv.Verdict] = {}
+        self.labels: dict[str, str] = {}  # admitted task id -> adopted label
+        self.folds: dict[str, int] = {}
+        self.scorers: dict[str, str] = {}
+        self.scorer_provenance: dict[str, dict] = {}
+        self.responses: dict[str, list[Trajectory]] = {}
+        self.k: dict[str, int] = {}
+        self.rewards: dict[str, float] = {}
+        self.solver_rewards: list[float] = []
+        self.response_tokens: list[int] = []  # per proposer rollout
+        self.generations = 0  # every trajectory sampled this step (proposer, MSV answers, solver answers)
+        self.generated_tokens = 0  # their generated tokens
+
+    @property
+    def admitted(self) -> list[Task]:
+        return [t for t in self.tasks if t.id in self.labels]
+
+    def audit_rows(self) -> list[dict]:
+        rows = []
+        for t in self.tasks:
+            p, v = self.proposals[t.id], self.verdicts.get(t.id)
+            rows.append({
+                "step": self.step, "round": self.round, "phase": self.phase, "task_id": t.id, "source_id": t.source_id,
+                "source": t.contents, "hops": t.hops, "fold": self.folds[t.id], "proposer_turns": self.drafts[t.id].turns,
+                "draft_question": p.question, "draft_label": p.answer, "format": self.formats[t.id], "parse_error": p.error,
+                "msv": None if v is None else {"aware": v.aware, "blind": v.blind, "aware_majority": v.aware_majority,
+                                                 "blind_majority": v.blind_majority},
+                "admitted": t.id in self.labels, "adopted_label": self.labels.get(t.id),
+                "scorer": self.scorers.get(t.id), "scorer_provenance": self.scorer_provenance.get(t.id),
+                "solver_responses": [{"prediction": r.prediction, "turns": r.turns} for r in self.responses.get(t.id, [])],
+                "k": self.k.get(t.id), "proposer_reward": self.rewards[t.id],
+            })
+        return rows
+
+    def metrics(self, losses: dict[str, float], rollout_s: float, update_s: float, device: str) -> dict:
+        n, admitted = len(self.tasks), self.admitted
+        candidates = sum(not p.error for p in self.proposals.values())
+        return {
+            "step": self.step, "round": self.round, "phase": self.phase, "tasks": n,
+            "format": _mean(list(self.formats.values())), "candidates": candidates, "admitted": len(admitted),
+            "rejected": candidates - len(admitted), "msv_generations": 6 * len(self.verdicts), "generations": self.generations,
+            "generated_tokens": self.generated_tokens,
+            "agreement": _mean([self.k[t.id] / len(self.responses[t.id]) for t in admitted]),
+            "proposer_reward": _mean(list(self.rewards.values())), "solver_reward": _mean(self.solver_rewards),
+            "losses": losses, "loss": losses.get("proposer" if self.phase == "proposer" else "main"),
+            "response_tokens": _mean(self.response_tokens),
+            "searches_per_rollout": _mean([sum(x["action"] == "search" for x in d.turns) for d in self.drafts.values()]),
+            "rollout_s": round(rollout_s, 3), "update_s": round(update_s, 3), "device": device,
+        }
+
+
+class _Loop:
+    def __init__(self, config: dict, tokens: PromptTokens, retriever, provenance: crossfit.Provenance) -> None:
+        self.config, self.tokens, self.retriever, self.provenance = config, tokens, retriever, provenance
+        self.knobs = Knobs(**config["knobs"])
+        self.m = config["samples_per_prompt"]
+
+    def rollouts(self, step: int, tasks: list[Task], folds: dict[str, int], engines: dict[str, Backend]) -> _Step:
+        c = self.config
+        s = _Step(step, *schedule(c, step), tasks)
+        for hops in sorted({t.hops for t in tasks}):  # the proposer's search budget is its task's n-1
+            group = [t for t in tasks if t.hops == hops]
+            budget = Knobs(**{**c["knobs"], "max_searches": hops - 1})
+            trajs = run_batch([Question(t.id, "proposer", "", ()) for t in group], engines["proposer"], self.retriever, budget,
+                              user_prompts=[proposer.prompt(t) for t in group])
+            s.drafts.update((t.id, tr) for t, tr in zip(group, trajs, strict=True))
+        s.response_tokens = [self._spent(s, [s.drafts[t.id]]) for t in tasks]
+        for t in tasks:
+            s.proposals[t.id] = proposer.parse(s.drafts[t.id].turns, t.hops)
+            s.formats[t.id] = proposer.format_score(c["proposer_format"], s.drafts[t.id].turns, s.proposals[t.id])
+            s.folds[t.id] = crossfit.fold(t, folds, c["control"])
+        candidates = [t for t in tasks if not s.proposals[t.id].error]
+        if c["msv"]:
+            self._verify(s, candidates, engines["main"])
+        else:
+            s.labels.update((t.id, s.proposals[t.id].answer) for t in candidates)
+        by_scorer: dict[str, list[Task]] = {}
+        for t in s.admitted:
+            s.scorers[t.id] = crossfit.scorer(s.folds[t.id], c["crossfit"], c["control"])
+            s.scorer_provenance[t.id] = self.provenance.of(s.scorers[t.id], t.source_id)
+            by_scorer.setdefault(s.scorers[t.id], []).append(t)
+        for name, group in by_scorer.items():
+            s.responses.update(self._answers(s, group, engines[name], name))
+        for t in tasks:
+            k = None
+            if t.id in s.labels:
+                k = s.k[t.id] = sum(matches(r.prediction, s.labels[t.id]) for r in s.responses[t.id])
+            s.rewards[t.id] = proposer.reward(c["format_weight"], s.formats[t.id], k, self.m)
+        return s
+
+    def _verify(self, s: _Step, candidates: list[Task], engine: Backend) -> None:
+        questions = [s.proposals[t.id].question for t in candidates]
+        users = [p for t, q in zip(candidates, questions) for p in
+                 [msv.source_aware_prompt(q, t.contents)] * msv.SAMPLES + [user_prompt(q)] * msv.SAMPLES]
+        asked = [Question(f"{t.id}#msv{j}", "msv", q, ()) for t, q in zip(candidates, questions) for j in range(2 * msv.SAMPLES)]
+        trajs = run_batch(asked, engine, self.retriever, self.knobs, user_prompts=users)
+        self._spent(s, trajs)
+        answers = [tr.prediction for tr in trajs]
+        for i, t in enumerate(candidates):
+            mine = answers[i * 2 * msv.SAMPLES : (i + 1) * 2 * msv.SAMPLES]
+            s.verdicts[t.id] = v = msv.admit(mine[: msv.SAMPLES], mine[msv.SAMPLES :])
+            if v.admitted:
+                s.labels[t.id] = v.label
+
+    def _answers(self, s: _Step, tasks: list[Task], engine: Backend, name: str) -> dict[str, list[Trajectory]]:
+        answers = solver_answers([(t.id, s.proposals[t.id].question, s.labels[t.id]) for t in tasks], engine, self.retriever,
+                                 self.knobs, self.m, name)
+        self._spent(s, [tr for trs in answers for tr in trs])
+        return {t.id: trs for t, trs in zip(tasks, answers)}
+
+    def _spent(self, s: _Step, trajs: list[Trajectory]) -> int:
+        """Count the trajectories and their generated tokens in the step's cost; returns the tokens."""
+        n = sum(len(self.tokens.text_ids(turn["generated"])) for tr in trajs for turn in tr.turns)
+        s.generations += len(trajs)
+        s.generated_tokens += n
+        return n
+
+    def updates(self, s: _Step, engines: dict[str, Backend], step_role: Callable[[str, list], float]) -> dict[str, float]:
+        c, losses = self.config, {}
+        if s.phase == "proposer":
+            episodes = [encode_episode(self.tokens, s.drafts[t.id].prompt, s.drafts[t.id].turns, s.rewards[t.id], t.hops) for t in s.tasks]
+            losses["proposer"] = step_role("proposer", episodes)  # groups = hop counts: the HRPO baseline
+            return losses
+        for name in crossfit.solvers(c["crossfit"], c["control"]):
+            if name != "main" and not crossfit.aux_updates_now(c["aux_budget"], s.index):
+                continue
+            mine = [t for t in s.admitted if name in crossfit.trainers(s.folds[t.id], c["crossfit"], c["control"])]
+            if not mine:
+                continue
+            own = [t for t in mine if s.scorers[t.id] != name]
+            samples = {**{t.id: s.responses[t.id] for t in mine if s.scorers[t.id] == name}, **self._answers(s, own, engines[name], name)}
+            episodes = solver_episodes(self.tokens, c, [(samples[t.id], s.labels[t.id]) for t in mine])
+            if name == "main":
+                s.solver_rewards += [e.reward for e in episodes]
+            losses[name] = step_role(name, episodes)
+            for t in mine:
+                self.provenance.add(name, s.folds[t.id], t.source_id)
+        return losses

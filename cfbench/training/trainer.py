@@ -1,0 +1,197 @@
+"""`cfbench train`: GRPO over protocol-v1 rollouts, with resumable checkpoints an eval can score as they are.
+
+Built on accelerate: the same loop runs on one CPU (tests, cpu-smoke) and data-parallel on many
+GPUs under `accelerate launch` (sharded DeepSpeed/FSDP training is not wired yet); accelerate
+saves and restores optimizer, scheduler and RNG state, and the weights resume from the
+checkpoint's HF model. Rollouts reuse the evaluation agent loop (same prompt, parsing, retrieval
+and budget) through the hf engine, sampling at the config's temperature from a generator seeded by
+(seed, step), so a resumed run draws the same rollouts as an uninterrupted one. This module holds
+the Search-R1 loop; the self-evolution treatments run training/selfevolve.py; both share
+training/learner.py.
+
+Run directory (Search-R1):
+    config.json                 the treatment config (every knob), fixed for the run
+    metrics.jsonl               one row per step: reward, loss, lengths, searches, wall time split
+    rollouts/step-N.jsonl       every sampled trajectory with its reward
+    checkpoint-N/               HF model + tokenizer + cfbench_train.json, and state/ for --resume (latest only)
+    curves.png                  the metrics as plots
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from accelerate.utils import gather_object
+
+from cfbench.harness.agent import run_batch
+from cfbench.harness.backends.tokens import PromptTokens
+from cfbench.harness.checkpoints import resolve
+from cfbench.harness.errors import CfbenchError
+from cfbench.harness.protocol import Knobs
+from cfbench.harness.runrecord import dumps, write_atomic
+from cfbench.harness.suite import Question
+from cfbench.training.core.episodes import encode_episode
+from cfbench.training.core.learner import (TRAIN_RECORD, append_row, check_space, checkpoints, drop_partial_saves, keep_rows_before, learner,
+                              restore, resume_from, sampler, save, update)
+from cfbench.training.core.plots import plot_curves
+from cfbench.training.core.rewards import reward
+from cfbench.training.treatments import SELF_EVOLUTION
+
+RESUMABLE = {"steps", "save_every"}  # neither changes a step's result; every other knob must match
+
+
+def check_out(config: dict, out: Path, resume: bool) -> int:
+    """Check the run directory against the config, writing nothing; returns the step to start from."""
+    saved = out / "config.json"
+    if not resume:
+        if out.exists() and any(out.iterdir()):
+            raise CfbenchError(f"{out} already holds files; pass --resume to continue that run or choose a new --out")
+        return 0
+    if not saved.is_file():
+        raise CfbenchError(f"--resume: {out} holds no training run (no config.json); drop --resume to start one")
+    old = json.loads(saved.read_text())
+    if old.get("treatment") != config["treatment"]:
+        raise CfbenchError(f"--resume: {out} holds a {old.get('treatment')!r} run, not {config['treatment']!r}; choose the matching --treatment or a new --out")
+    differing = sorted(k for k in set(old) | set(config) if k not in RESUMABLE and old.get(k) != config.get(k))
+    if differing:
+        key = differing[0]
+        raise CfbenchError(f"--resume: knob {key} was {old.get(key)!r} in {saved}, now {config.get(key)!r}; resume with the run's own settings")
+    done = checkpoints(out)
+    if done and done[-1][0] and not (done[-1][1] / "state").is_dir():
+        raise CfbenchError(f"--resume: {done[-1][1]} has no state/; resume needs the latest checkpoint as the run wrote it (move the run's later files back or start a new --out)")
+    return done[-1][0] if done else 0
+
+
+def train(config: dict, out: Path, *, resume: bool = False, on_step: Callable[[dict], None] = lambda row: None,
+          proposer_engine=None) -> Path:
+    """Run (or finish) a treatment into `out`; returns the last checkpoint directory.
+
+    `proposer_engine` (step -> engine) replaces a self-evolution run's proposer sampler: tests use it
+    to script proposals a model as small as SmolLM2-135M never writes.
+    """
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    start = check_out(config, out, resume)  # every process checks before any writes
+    if config["treatment"] == "search-r1" and config["prompts_per_step"] % accelerator.num_processes:
+        raise CfbenchError(f"knob prompts_per_step ({config['prompts_per_step']}) must be a multiple of the {accelerator.num_processes} training processes")
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomic(out / "config.json", dumps(config) + "\n")
+        drop_partial_saves(out)
+    if config["treatment"] == "base":
+        return _save_base(config, out) if accelerator.is_main_process else out / "checkpoint-0"
+    if config["treatment"] in SELF_EVOLUTION:
+        from cfbench.training.selfevolve.run import self_evolve
+
+        return self_evolve(config, out, start, resume, accelerator, on_step, proposer_engine)
+    return _search_r1(config, out, start, accelerator, on_step)
+
+
+def _search_r1(config: dict, out: Path, start: int, accelerator, on_step: Callable[[dict], None]) -> Path:
+    from transformers import AutoTokenizer
+
+    from cfbench.harness.retrievers.choose import retriever_for
+    from cfbench.training.core.data import load_train_set
+
+    world, rank, main = accelerator.num_processes, accelerator.process_index, accelerator.is_main_process
+    if main:
+        (out / "rollouts").mkdir(exist_ok=True)
+    torch.manual_seed(config["seed"])
+    ckpt = resolve(config["model"])
+    tokenizer = AutoTokenizer.from_pretrained(ckpt.location)
+    policy = learner(config, resume_from(out, start, ckpt, ""), accelerator)
+    check_space(accelerator, {"": policy}, out)
+    if start:
+        restore(accelerator, out / f"checkpoint-{start}")
+    if main:
+        keep_rows_before(out / "metrics.jsonl", start)
+
+    questions = load_train_set(config["train_set"], sources=tuple(config["sources"]))
+    random.Random(config["seed"]).shuffle(questions)
+    retriever = retriever_for(config["retriever"])
+    knobs = Knobs(**config["knobs"])
+    tokens = PromptTokens(tokenizer)
+    last = out / f"checkpoint-{start}"
+    for step in range(start, config["steps"]):
+        began = time.time()
+        picked = [questions[(step * config["prompts_per_step"] + i) % len(questions)] for i in range(config["prompts_per_step"])]
+        engine = sampler(accelerator, policy, tokens, ckpt, config, step + 1, f"policy-{rank}")
+        group = [Question(f"{q.id}#{k}", q.source, q.question, tuple(q.golden_answers))
+                 for q in picked[rank::world] for k in range(config["samples_per_prompt"])]  # each process its share of prompts
+        trajectories = run_batch(group, engine, retriever, knobs)
+        rewards = [reward(config["reward"]["kind"], t.prediction, list(t.question.golden_answers), t.turns,
+                          **{k: v for k, v in config["reward"].items() if k != "kind"}) for t in trajectories]
+        episodes = [encode_episode(tokens, t.prompt, t.turns, r, i // config["samples_per_prompt"])
+                    for i, (t, r) in enumerate(zip(trajectories, rewards))]
+        rolled = time.time()
+        loss, grad_norm = update(policy, accelerator, episodes, config, tokenizer.pad_token_id or 0)
+        updated = time.time()
+        row = _metrics(step + 1, episodes, trajectories, rewards, loss, grad_norm, rolled - began, updated - rolled,
+                       policy.scheduler.get_last_lr()[0])
+        row = _mean_over_processes(accelerator, row)
+        rows = gather_object(_rollout_rows(trajectories, rewards))
+        if main:
+            write_atomic(out / "rollouts" / f"step-{step + 1}.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+            append_row(out / "metrics.jsonl", row)
+        if (step + 1) % config["save_every"] == 0 or step + 1 == config["steps"]:
+            last = save(accelerator, {"": policy}, tokenizer, out, step + 1, {"config": config})
+            if main:
+                plot_curves(out / "metrics.jsonl", out / "curves.png")
+        if main:
+            on_step(row)
+    return last
+
+
+def _metrics(step, episodes, trajectories, rewards, loss, grad_norm, rollout_s, update_s, lr) -> dict:
+    n = len(trajectories)
+    return {
+        "step": step,
+        "reward": sum(rewards) / n,
+        "loss": loss,
+        "grad_norm": grad_norm,
+        "learning_rate": lr,
+        "response_tokens": sum(sum(e.trained) for e in episodes) / n,
+        "searches_per_rollout": sum(t["action"] == "search" for tr in trajectories for t in tr.turns) / n,
+        "answered": sum(bool(t.prediction) for t in trajectories) / n,
+        "well_formed": sum(all(x["action"] != "invalid" for x in t.turns) for t in trajectories) / n,
+        "rollout_s": round(rollout_s, 3),
+        "update_s": round(update_s, 3),
+    }
+
+
+def _rollout_rows(trajectories, rewards) -> list[dict]:
+    return [{"id": t.question.id, "question": t.question.question, "golden_answers": list(t.question.golden_answers),
+             "turns": t.turns, "prediction": t.prediction, "reward": r} for t, r in zip(trajectories, rewards)]
+
+
+def _mean_over_processes(accelerator, row: dict) -> dict:
+    """Each process saw an equal share of the step's prompts, so the step's value is the mean of theirs."""
+    if accelerator.num_processes == 1:
+        return row
+    keys = [k for k in sorted(row) if k != "step"]
+    means = accelerator.reduce(torch.tensor([float(row[k]) for k in keys], dtype=torch.float64, device=accelerator.device), "mean").tolist()
+    return {"step": row["step"], **dict(zip(keys, means))}
+
+
+def _save_base(config: dict, out: Path) -> Path:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    ckpt = resolve(config["model"])
+    final, tmp = out / "checkpoint-0", out / ".checkpoint-0.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    AutoModelForCausalLM.from_pretrained(ckpt.location, dtype=torch.float32).save_pretrained(tmp, safe_serialization=True)
+    AutoTokenizer.from_pretrained(ckpt.location).save_pretrained(tmp)
+    write_atomic(tmp / TRAIN_RECORD, dumps({"step": 0, "config": config, "weights_from": ckpt.describe()}) + "\n")
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    return final

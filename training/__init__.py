@@ -1,1 +1,0 @@
-"""Training: treatments, the self-evolution loop, MSV, CrossFit, audit and replay (see the open issues)."""
