@@ -1,4 +1,4 @@
-"""Answer metrics of protocol v1 (protocol.md section 3), versioned with the protocol.
+"""Answer metrics of protocol v1 (docs/protocol.md §3), versioned with the protocol.
 
 normalize(s): lowercase; delete ASCII punctuation; replace the whole words a/an/the with a space;
 collapse whitespace. Each metric takes the max over every gold alias.

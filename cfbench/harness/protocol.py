@@ -1,4 +1,4 @@
-"""Protocol v1 (protocol.md section 2): Search-R1's prompt, actions and observations, bugs fixed.
+"""Protocol v1 (docs/protocol.md §2): Search-R1's prompt, actions and observations, bugs fixed.
 
 Every string here is part of the protocol: changing one is a new protocol version.
 """

@@ -1,4 +1,4 @@
-"""The study's reported averages (protocol.md section 7): shown beside the ranking, never in it.
+"""The study's reported averages (docs/protocol.md §7): shown beside the ranking, never in it.
 
 They were measured on the study's own unpublished 200-per-benchmark sample with Qwen3.5 models,
 so cfbench cannot reproduce them question for question; they are labelled as such wherever shown.

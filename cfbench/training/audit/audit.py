@@ -1,4 +1,4 @@
-"""`cfbench audit`: judge a self-evolution run's saved steps and measure co-cheating (protocol.md section 6).
+"""`cfbench audit`: judge a self-evolution run's saved steps and measure co-cheating (docs/protocol.md §6).
 
 For every admitted question of every saved step (audit/step-N.jsonl) the judge builds a reference
 from the source (training/judge.py) and judges the adopted label and each of the scorer's responses.

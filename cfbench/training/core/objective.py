@@ -1,4 +1,4 @@
-"""The policy objective of protocol.md section 5, shared by every trained role.
+"""The policy objective of docs/protocol.md §5.1, shared by every trained role.
 
     L = -(1/|E|) sum_e A_e (1/|T_e|) sum_{t in T_e} log pi(y_t | y_<t, q_e)
     A_e = (r_e - mean_g(e)) / (std_g(e) + 1e-6)
