@@ -9,7 +9,7 @@ Outputs (hash-pinned in manifest.json under "corpus.train-sources" and "train.wa
   article title is the title of an evaluation evidence passage, or whose word 8-grams overlap any
   bundled (evaluation) passage by more than 20%, and every question asked by an evaluation suite.
   It is both the retrieval corpus of the warm start and the self-evolution source corpus
-  (docs/protocol.md §6).
+  (docs/protocol.md §5).
 - train/warmstart.jsonl.gz: protocol-v1 trajectories `{"id", "role", "kind", "source", "prompt",
   "turns": [{"generated", "observation"}], "answer"}` for supervised fine-tuning. The observations
   are exactly what the evaluation loop appends (`protocol.observation` of the top-3 BM25 hits over the
