@@ -7,6 +7,11 @@ from cfbench.harness.corpus import load_corpus
 from cfbench.harness.retrievers.index import default_index, open_index
 
 
+def pytest_configure(config):
+    # `-m "not slow"` leaves out the tests that train models or drive Chromium
+    config.addinivalue_line("markers", "slow: trains a model or drives headless Chromium (minutes)")
+
+
 @pytest.fixture(scope="session")
 def bundled_corpus():
     return load_corpus()

@@ -10,7 +10,7 @@ from cfbench.harness.errors import CfbenchError
 from cfbench.training.selfevolve import crossfit, msv, proposer
 from cfbench.training.core.objective import group_advantages
 from cfbench.training.selfevolve.run import schedule
-from cfbench.training.selfevolve.sources import FOLDS_FILE, Task, fold_of, pool_folds, source_pool, tasks_for_step
+from cfbench.training.selfevolve.sources import FOLDS_FILE, Task, connected_groups, fold_of, pool_folds, source_pool, tasks_for_step
 from cfbench.training.treatments import load_config
 
 
@@ -101,15 +101,37 @@ def test_tasks_cycle_through_the_seeded_pool_with_hops_4_3_2_1():
 def test_folds_are_per_source_decided_once_and_read_back(tmp_path):
     c = corpus()
     pool = source_pool(c, 0, seed=0)
-    folds = pool_folds(c, pool, tmp_path, resume=False)
-    assert folds == {i: fold_of(i) for i in c.ids} and set(folds.values()) == {0, 1}
+    folds = pool_folds(c, pool, tmp_path, resume=False, tasks_per_round=120)
+    assert folds == {i: fold_of(i) for i in c.ids} and set(folds.values()) == {0, 1}  # no two sources connected: a fold each
     stored = json.loads((tmp_path / FOLDS_FILE).read_text())
+    assert stored["proposals_per_source"] == {"tasks_per_round": 120, "sources": 40, "min": 3, "max": 3} and stored["groups"] == {}
     stored["folds"]["doc0"] = 1 - folds["doc0"]  # what the run decided is what a resumed run uses
     (tmp_path / FOLDS_FILE).write_text(json.dumps(stored))
-    assert pool_folds(c, pool, tmp_path, resume=True)["doc0"] == 1 - folds["doc0"]
+    assert pool_folds(c, pool, tmp_path, resume=True, tasks_per_round=120)["doc0"] == 1 - folds["doc0"]
     other = Corpus(None, "d" * 64, c.ids, c.contents)
     with pytest.raises(CfbenchError, match="was made for corpus c+, not d+"):
-        pool_folds(other, pool, tmp_path, resume=True)
+        pool_folds(other, pool, tmp_path, resume=True, tasks_per_round=120)
+
+
+TEXT = ("quick brown fox jumps over lazy dog while farmer sleeps under old oak tree near river bank "
+        "and his wife bakes bread for market day in small village by hills")
+
+
+def test_connected_sources_share_a_fold(tmp_path):
+    """Same title (any case) or near-duplicate text joins sources, transitively; a group takes its smallest id's fold."""
+    rows = [("b", '"Fox"\n' + TEXT), ("a", '"Other"\n' + TEXT.replace("old oak", "tall oak")),  # near-duplicate of b
+            ("c", '"fox"\nsomething else entirely, about cats'),  # b's title
+            ("d", '"Dog"\n' + TEXT[:40] + " and then a wholly different story about ships at sea for many days and nights"),
+            *((f"x{i}", f'"T{i}"\ntext number {i} on its own') for i in range(12))]
+    c = Corpus(None, "e" * 64, tuple(r[0] for r in rows), tuple(r[1] for r in rows))
+    pool = source_pool(c, 0, seed=1)
+    assert connected_groups(c, pool) == {"a": "a", "b": "a", "c": "a", "d": "d", **{f"x{i}": f"x{i}" for i in range(12)}}
+    folds = pool_folds(c, pool, tmp_path, resume=False, tasks_per_round=32)
+    assert folds["a"] == folds["b"] == folds["c"] == fold_of("a") != fold_of("c")  # by its own id, c would land in the other fold
+    assert folds["d"] == fold_of("d")
+    stored = json.loads((tmp_path / FOLDS_FILE).read_text())
+    assert stored["groups"] == {"b": "a", "c": "a"} and stored["pool"] == [c.ids[i] for i in pool]
+    assert stored["proposals_per_source"] == {"tasks_per_round": 32, "sources": 16, "min": 2, "max": 2}
 
 
 def test_crossfit_routes_each_fold_to_the_other_folds_solver():

@@ -89,7 +89,7 @@ def test_folds_are_per_source_and_stable_across_rounds_and_restarts(crossfit_run
     rows = audit(crossfit_run)
     assert [r["step"] for r in rows] == [1] * 2 + [2] * 2 + [3] * 2 + [4] * 2 and {r["round"] for r in rows} == {1, 2}
     stored = json.loads((crossfit_run / FOLDS_FILE).read_text())["folds"]
-    assert len(stored) == 64 and all(stored[r["source_id"]] == r["fold"] == fold_of(r["source_id"]) for r in rows)
+    assert len(stored) == 4 and all(stored[r["source_id"]] == r["fold"] == fold_of(r["source_id"]) for r in rows)
 
 
 def test_crossfit_never_scores_a_question_with_a_solver_trained_on_its_fold(crossfit_run):
@@ -114,12 +114,33 @@ def test_only_the_latest_checkpoint_keeps_a_resume_state_and_it_holds_no_second_
     assert not [n for n in saved if n.endswith((".safetensors", ".bin")) and n.startswith("model")]
 
 
-def test_the_same_source_control_is_caught_by_the_provenance(tmp_path, tokens, tiny_llama):
+ROUND_ONE_SOURCES = [  # a small corpus of its own: 2 of these are the pool, 3 searchable titles for the 2-hop proposals
+    ("volcano", "Mount Etna", "Mount Etna is an active stratovolcano on the east coast of Sicily in Italy, between Messina and Catania."),
+    ("river", "Danube", "The Danube is the second longest river in Europe, flowing through ten countries before the Black Sea."),
+    ("bridge", "Charles Bridge", "Charles Bridge is a medieval stone arch bridge that crosses the Vltava river in Prague, Czech Republic."),
+    ("lake", "Lake Baikal", "Lake Baikal is a rift lake in Russia, the deepest and oldest freshwater lake on Earth by volume."),
+]
+
+
+@pytest.mark.slow
+def test_same_source_feedback_happens_in_round_1_and_the_provenance_proves_it(tmp_path, tokens, tiny_llama):
+    """With a pool of 2 sources and 2 tasks a step, every step proposes from both: the same-source control's scorer in step 3
+    (round 1's last) has trained on that very source in step 2, and the record shows it."""
+    corpus = tmp_path / "sources.jsonl"
+    corpus.write_text("".join(json.dumps({"id": i, "contents": f'"{t}"\n{x}'}) + "\n" for i, t, x in ROUND_ONE_SOURCES))
     out = tmp_path / "same-source"
-    train(config("crossfit", 4, 4, control="same-source") | {"model": str(tiny_llama)}, out, proposer_engine=scripted(tokens))
-    late = [r for r in audit(out) if r["step"] == 4 and r["admitted"]]
-    assert late and all(r["scorer"] == f"aux-{r['fold']}" for r in late)
-    assert any(r["fold"] in r["scorer_provenance"]["trained_on_folds"] for r in late)
+    train(config("crossfit", 3, 3, control="same-source", corpus=str(corpus)) | {"model": str(tiny_llama), "source_pool": 2}, out,
+          proposer_engine=scripted(tokens))
+    rows, stored = audit(out), json.loads((out / FOLDS_FILE).read_text())
+    assert {r["round"] for r in rows} == {1} and stored["proposals_per_source"] == {"tasks_per_round": 6, "sources": 2, "min": 3, "max": 3}
+    assert [r["source_id"] for r in rows if r["step"] == 2] == [r["source_id"] for r in rows if r["step"] == 3] == stored["pool"]
+    trained_in_step_2 = {(r["source_id"], r["fold"]) for r in rows if r["step"] == 2 and r["admitted"]}
+    same = [r for r in rows if r["step"] == 3 and r["admitted"] and r["scorer_provenance"]["trained_on_this_source"]]
+    assert same, "no question of round 1 was scored by a solver that had trained on its source"
+    for r in same:  # the scorer is its own fold's solver, and it trained on an admitted question of this source one step before
+        assert r["scorer"] == f"aux-{r['fold']}" and (r["source_id"], r["fold"]) in trained_in_step_2
+        assert r["fold"] in r["scorer_provenance"]["trained_on_folds"]
+    assert not any(r["scorer_provenance"]["trained_on_this_source"] for r in rows if r["step"] < 3 and r["admitted"])
 
 
 def test_a_cli_run_writes_the_shared_checkpoint_layout_and_eval_scores_it(tmp_path):

@@ -17,7 +17,8 @@ Every step, scheduled or not for an update of a given role, runs the whole loop 
 
 Run directory, beside the training core's config.json, metrics.jsonl, curves.png and checkpoint-N/
 (the main solver at the top, `proposer/` and the auxiliary solvers in sub-directories):
-    folds.json            the fold of every source in the run's pool, decided when the run starts
+    folds.json            the run's source pool, how often each source is proposed per round, the connected
+                          groups and the fold of every source, decided when the run starts
     audit/step-N.jsonl    one row per task: source, proposal, admission, adopted label, fold, scorer
                           and its training provenance, the scorer's responses, k, proposer reward
 """
@@ -73,7 +74,7 @@ def self_evolve(config: dict, out: Path, start: int, resume: bool, accelerator, 
 
     corpus = load_corpus(corpus_path(config))
     pool = source_pool(corpus, config["source_pool"], config["seed"])
-    folds = pool_folds(corpus, pool, out, resume)
+    folds = pool_folds(corpus, pool, out, resume, (config["proposer_steps"] + config["solver_steps"]) * config["prompts_per_step"])
     (out / "audit").mkdir(exist_ok=True)
     torch.manual_seed(config["seed"])
     ckpt = resolve(config["model"])

@@ -1,13 +1,19 @@
 """Self-evolution tasks: source passages drawn from a corpus with a seed, a hop count each, and a fold.
 
 The run's source pool is the corpus shuffled with the seed (its first `source_pool` passages, or all
-of them for 0); step s takes the next `per_step` passages of the pool, cycling, so sources recur
-across rounds. Each task draws its hop count n in {1,2,3,4} with weights 4:3:2:1 from a generator
-seeded by (seed, step, slot), so a resumed run draws the same tasks.
+of them for 0); step s takes the next `per_step` passages of the pool, cycling. A pool much smaller
+than a round's tasks makes every source recur within a round (the configs size it for 3-4
+proposals per source per round), so a solver that has trained on a source scores new questions from
+it from round 1 on: the same-source feedback the study's controls are about. Each task draws its hop
+count n in {1,2,3,4} with weights 4:3:2:1 from a generator seeded by (seed, step, slot), so a
+resumed run draws the same tasks.
 
-A source's fold is the low bit of the SHA-256 of its id: stable across rounds, restarts and
-machines. The run stores the folds of its whole pool in folds.json when it starts and reads them back
-on resume, so the split is decided once.
+Folds are per group of connected sources: sources with the same title, or near-duplicate texts
+(Jaccard of their word 5-shingle sets >= NEAR_DUPLICATE), joined transitively, so one passage
+copied under two ids cannot feed both CrossFit folds. A group's fold is the low bit of the SHA-256
+of its smallest id: stable across rounds, restarts and machines (a group of one is its own id).
+The run stores its pool, the groups, the folds and how often each source is proposed per round in
+folds.json when it starts and reads the folds back on resume, so the split is decided once.
 """
 
 from __future__ import annotations
@@ -15,16 +21,22 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections import Counter
 from dataclasses import dataclass
+from itertools import combinations
 from pathlib import Path
 
 from cfbench.harness.corpus import Corpus
 from cfbench.harness.errors import CfbenchError
+from cfbench.harness.metrics import normalize
 from cfbench.harness.runrecord import dumps, write_atomic
 
 HOPS = (1, 2, 3, 4)
 FOLDS_FILE = "folds.json"
-FOLD_RULE = "sha256(source id) mod 2"
+FOLD_RULE = "sha256(smallest source id of the connected group) mod 2"
+SHINGLE_WORDS = 5
+NEAR_DUPLICATE = 0.5  # shingle Jaccard; measured on the bundled corpus: its ~80 re-crawled same-title pairs score 0.58-1.0
+COMMON_SHINGLE = 50  # a shingle in more sources than this proposes no candidate pair (boilerplate); pairs are still scored on all
 
 
 @dataclass(frozen=True)
@@ -55,14 +67,65 @@ def tasks_for_step(corpus: Corpus, pool: list[int], step: int, per_step: int, se
     return tasks
 
 
-def pool_folds(corpus: Corpus, pool: list[int], out: Path, resume: bool) -> dict[str, int]:
-    """Write the pool's folds once (a new run) or read them back (a resumed one)."""
+def shingles(contents: str) -> set[str]:
+    words = normalize(contents.partition("\n")[2]).split()
+    return {" ".join(words[i : i + SHINGLE_WORDS]) for i in range(max(1, len(words) - SHINGLE_WORDS + 1))}
+
+
+def connected_groups(corpus: Corpus, pool: list[int]) -> dict[str, str]:
+    """Source id -> its group's key (smallest id), over the pool.
+
+    Written here rather than with datasketch's MinHash LSH: that needs scipy, which nothing else here
+    does, and is approximate; exact Jaccard over candidate pairs that share an uncommon shingle finds
+    every near-duplicate pair (two texts with Jaccard >= 0.5 share many shingles, not only common ones).
+    """
+    ids = [corpus.ids[i] for i in pool]
+    parent = {i: i for i in ids}
+
+    def root(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = x = parent[parent[x]]
+        return x
+
+    def join(a: str, b: str) -> None:
+        ra, rb = root(a), root(b)
+        parent[max(ra, rb)] = min(ra, rb)
+
+    sets = {corpus.ids[i]: shingles(corpus.contents[i]) for i in pool}
+    titles: dict[str, str] = {}
+    postings: dict[str, list[str]] = {}
+    for i in pool:
+        sid, title = corpus.ids[i], normalize(corpus.contents[i].partition("\n")[0])
+        if title:
+            join(sid, titles.setdefault(title, sid))
+        for s in sets[sid]:
+            postings.setdefault(s, []).append(sid)
+    candidates = {pair for holders in postings.values() if len(holders) <= COMMON_SHINGLE for pair in combinations(holders, 2)}
+    for a, b in candidates:
+        if root(a) != root(b) and len(sets[a] & sets[b]) >= NEAR_DUPLICATE * len(sets[a] | sets[b]):
+            join(a, b)
+    return {i: root(i) for i in ids}
+
+
+def per_round(pool: list[int], tasks_per_round: int) -> dict:
+    """How many times the pool's sources are proposed from in round 1 (later rounds shift the cycle, same spread)."""
+    counts = Counter(pool[j % len(pool)] for j in range(tasks_per_round))
+    seen = [counts.get(i, 0) for i in dict.fromkeys(pool)]
+    return {"tasks_per_round": tasks_per_round, "sources": len(seen), "min": min(seen), "max": max(seen)}
+
+
+def pool_folds(corpus: Corpus, pool: list[int], out: Path, resume: bool, tasks_per_round: int) -> dict[str, int]:
+    """Write the pool's groups and folds once (a new run) or read the folds back (a resumed one)."""
     path = out / FOLDS_FILE
     if resume and path.is_file():
         stored = json.loads(path.read_text())
         if stored.get("corpus_sha256") != corpus.sha256:
             raise CfbenchError(f"--resume: {path} was made for corpus {stored.get('corpus_sha256')}, not {corpus.sha256}; resume with the run's own corpus")
         return {k: int(v) for k, v in stored["folds"].items()}
-    folds = {corpus.ids[i]: fold_of(corpus.ids[i]) for i in pool}
-    write_atomic(path, dumps({"rule": FOLD_RULE, "corpus_sha256": corpus.sha256, "folds": folds}) + "\n")
+    groups = connected_groups(corpus, pool)
+    folds = {sid: fold_of(key) for sid, key in groups.items()}
+    write_atomic(path, dumps({"rule": FOLD_RULE, "corpus_sha256": corpus.sha256, "near_duplicate": {
+        "shingle_words": SHINGLE_WORDS, "jaccard_at_least": NEAR_DUPLICATE}, "pool": [corpus.ids[i] for i in pool],
+        "proposals_per_source": per_round(pool, tasks_per_round), "groups": {s: k for s, k in groups.items() if k != s},
+        "folds": folds}) + "\n")
     return folds
