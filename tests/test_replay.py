@@ -1,11 +1,14 @@
-"""Fixed-bank replay for real: SmolLM2-135M feedback solvers trained on a small saved bank, judged by gold answers.
+"""Fixed-bank replay for real: feedback solvers (the tiny random Llama of conftest.py) trained on a small saved bank, judged by gold answers.
 
-The bank (tests/audit_runs.py's labelled corpus): s1-t0 from `paris` (fold 1), s1-t1 from `everest`,
-s2-t0 from `nile` and s2-t1 from `moon` (fold 0), in batches of 2. Only the feedback solver's
-provenance differs between variants, and what each scorer had trained on is checked from the record.
+The bank (tests/audit_runs.py's labelled corpus) is drawn from solver steps round by round: s2-t0 from
+`paris` (fold 1), s2-t1 from `everest` (round 1), s4-t0 from `nile` (round 2), s6-t0 from `moon`
+(round 3; all fold 0), in batches of 2. Only the feedback solver's provenance differs between
+variants, and what each scorer had trained on is checked from the record. The run's checkpoint-6 is
+the coupled variant's main solver, whose recorded provenance holds every bank source.
 """
 
 import json
+import shutil
 
 import pytest
 
@@ -16,36 +19,46 @@ from cfbench.training.core.answers import matches
 from cfbench.training.audit.judge import GoldJudge
 from cfbench.training.audit.replay import replay
 
-BANK = {1: [row(1, 1, 0, "paris", "Paris", [], "Which city is the capital of France?"),
-            row(1, 1, 1, "everest", "8000 metres", [], "How high is Mount Everest?"),
-            row(1, 1, 2, "moon", None, [])],  # rejected: not in the bank
-        2: [row(2, 1, 0, "nile", "north", [], "Which way does the Nile flow?"),
-            row(2, 1, 1, "moon", "Apollo 11", [], "Which mission landed on the Moon?")]}
+BANK = {1: [row(1, 1, 0, "nile", "south", [], "Which way does the Nile flow?")],  # a proposer step: its label trained nobody
+        2: [row(2, 1, 0, "paris", "Paris", [], "Which city is the capital of France?"),
+            row(2, 1, 1, "everest", "8000 metres", [], "How high is Mount Everest?"),
+            row(2, 1, 2, "moon", None, [])],  # rejected: not in the bank
+        4: [row(4, 2, 0, "nile", "north", [], "Which way does the Nile flow?"),
+            row(4, 2, 1, "paris", "Lyon", [], "Where is the Louvre?")],  # round 2's second: the first N would take it
+        6: [row(6, 3, 0, "moon", "Apollo 11", [], "Which mission landed on the Moon?")]}
 SMALL = {"samples_per_prompt": 2, "prompts_per_step": 2, "micro_batch": 4,
          "knobs": {"topk": 1, "max_searches": 1, "max_new_tokens": 16, "max_obs_tokens": 32, "max_context_tokens": 1024}}
-VARIANTS = ["source-id", "same-source", "full-data", "half-budget"]
+VARIANTS = ["coupled", "source-id", "same-source", "full-data", "half-budget"]
+BANK_IDS = ["s2-t0", "s2-t1", "s4-t0", "s6-t0"]
 
 
 @pytest.fixture(scope="module")
-def replayed(tmp_path_factory):
+def replayed(tmp_path_factory, tiny_llama):
     tmp = tmp_path_factory.mktemp("replay")
-    run = make_run(tmp / "run", "dr-zero", cases=BANK, overrides=SMALL)
+    run = make_run(tmp / "run", "dr-zero", cases=BANK, overrides=SMALL | {"model": str(tiny_llama)})
+    shutil.copytree(tiny_llama, run / "checkpoint-6")
+    trained = {"folds": [0, 1], "sources": ["everest", "moon", "nile", "paris"]}
+    (run / "checkpoint-6" / "cfbench_train.json").write_text(json.dumps({"step": 6, "provenance": {"main": trained}}))
     return run, tmp / "out", replay(run, 4, VARIANTS, GoldJudge(run / "corpus.jsonl"), tmp / "out", epochs=1)
 
 
+@pytest.mark.slow
 def test_provenance_of_each_feedback_variant(replayed):
     _, out, summary = replayed
     v = summary["variants"]
-    assert [json.loads(x)["task_id"] for x in (out / "bank.jsonl").read_text().splitlines()] == ["s1-t0", "s1-t1", "s2-t0", "s2-t1"]
+    assert [json.loads(x)["task_id"] for x in (out / "bank.jsonl").read_text().splitlines()] == BANK_IDS  # every round, solver steps only
+    shares = {name: r["scorer_trained_on_source"] for name, r in v.items()}
+    assert shares == {"coupled": 1.0, "same-source": 1.0, "full-data": 1.0, "source-id": 0.0, "half-budget": 0.0}
     # source-id: every question is scored by the solver trained on the other fold, which never saw its source
-    assert v["source-id"]["scorer_trained_on_source"] == 0.0 and v["source-id"]["updates"] == {"aux-0": 2, "aux-1": 1}
-    assert v["same-source"]["scorer_trained_on_source"] == 1.0 and v["full-data"]["scorer_trained_on_source"] == 1.0
-    assert v["full-data"]["updates"] == {"aux-all": 2}
-    assert v["half-budget"]["updates"] == {"aux-0": 1, "aux-1": 1} and v["half-budget"]["scorer_trained_on_source"] == 0.0
-    scorers = {q["task_id"]: q for q in json.loads((out / "source-id.json").read_text())["judged"]}
-    assert set(scorers) == {"s1-t0", "s1-t1", "s2-t0", "s2-t1"}
+    assert v["source-id"]["updates"] == {"aux-0": 2, "aux-1": 1} and v["full-data"]["updates"] == {"aux-all": 2}
+    assert v["half-budget"]["updates"] == {"aux-0": 1, "aux-1": 1} and v["coupled"]["updates"] == {"main": 0}  # trained in the run only
+    for variant, scorers in (("source-id", {"s2-t0": "aux-0", "s2-t1": "aux-1", "s4-t0": "aux-1", "s6-t0": "aux-1"}),
+                             ("coupled", dict.fromkeys(BANK_IDS, "main"))):
+        rows = json.loads((out / f"{variant}.json").read_text())["judged"]
+        assert {q["task_id"]: q["scorer"] for q in rows} == scorers
 
 
+@pytest.mark.slow
 def test_false_agreement_counted_from_the_judged_answers(replayed):
     _, out, summary = replayed
     for variant in VARIANTS:
@@ -59,6 +72,7 @@ def test_false_agreement_counted_from_the_judged_answers(replayed):
     assert "| source-id |" in (out / "replay.md").read_text()
 
 
+@pytest.mark.slow
 def test_finished_variants_are_kept_on_rerun(replayed, monkeypatch):
     run, out, summary = replayed
 
@@ -70,9 +84,10 @@ def test_finished_variants_are_kept_on_rerun(replayed, monkeypatch):
         k: summary["variants"][k] for k in VARIANTS[:2]}
 
 
+@pytest.mark.slow
 def test_bank_errors(replayed):
     run, out, _ = replayed
-    with pytest.raises(CfbenchError, match=r"--bank 5 asks for more questions than the run admitted \(4\); pass --bank 4 or less"):
-        replay(run, 5, ["source-id"], GoldJudge(run / "corpus.jsonl"), out, epochs=1)
+    with pytest.raises(CfbenchError, match=r"--bank 6 asks for more questions than the run admitted in solver steps \(5\); pass --bank 5"):
+        replay(run, 6, ["source-id"], GoldJudge(run / "corpus.jsonl"), out, epochs=1)
     with pytest.raises(CfbenchError, match="holds another bank"):
         replay(run, 3, ["source-id"], GoldJudge(run / "corpus.jsonl"), out, epochs=1)

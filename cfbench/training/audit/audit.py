@@ -101,6 +101,7 @@ def judge_rows(rows: list[dict], judge) -> list[dict]:
                               "by": v.by if v else None})
         judged.append({"step": r["step"], "round": r["round"], "phase": r["phase"], "task_id": r["task_id"], "source_id": r["source_id"],
                        "question": r["draft_question"], "adopted_label": r["adopted_label"], "reference": ref.to_json(),
+                       "scorer": r["scorer"], "scorer_provenance": r["scorer_provenance"],
                        "label": None if label is None else {"correct": label.correct, "by": label.by}, "responses": responses})
     return judged
 

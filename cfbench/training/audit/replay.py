@@ -1,10 +1,13 @@
 """`cfbench replay`: a fixed bank of saved questions and labels, scored by feedback solvers of other provenance.
 
-The bank is the first N admitted questions of a self-evolution run (audit/step-N.jsonl order) with
-their adopted labels, saved as bank.jsonl. Only the feedback solver changes between variants: fresh
-copies of the run's starting model train on the bank (GRPO against the adopted labels, the run's
-own knobs, `--epochs` passes in batches of `prompts_per_step`), then each bank question is answered
-`samples_per_prompt` times by the solver its variant routes it to:
+The bank is N questions with their adopted labels, saved as bank.jsonl, drawn from the questions the
+run admitted in its solver steps (the labels that entered training) round by round in turn, so every
+round is in it (the first of each round, then the second, ...), kept in run order. Only the feedback
+solver changes between variants: fresh copies of the run's starting model train on the bank (GRPO
+against the adopted labels, the run's own knobs, `--epochs` passes in batches of `prompts_per_step`),
+then each bank question is answered `samples_per_prompt` times by the solver its variant routes it to:
+    coupled       the run's own main solver at its latest checkpoint, which trained on every admitted
+                  question of the run's solver steps (Dr. Zero's loop); not trained again here
     same-source   folds by source id; a fold-h question is scored by the solver trained on fold h
     full-data     one solver trained on the whole bank scores every question
     random-split  folds by question id; scored by the solver trained on the other fold
@@ -12,7 +15,9 @@ own knobs, `--epochs` passes in batches of `prompts_per_step`), then each bank q
     half-budget   source-id with every other update (alternate batches, shifted each epoch so every
                   batch is trained on over two epochs; one epoch of one batch equals source-id)
 The audit judge then gives T_P, T_S, A, F (false agreement) and L per variant over the bank, with the
-share of scored questions whose scorer had trained on that question's source. Sampling is seeded by
+share of scored questions whose scorer had trained on that question's source: 1.0 for coupled (up to
+bank questions after its latest checkpoint), same-source and full-data, 0.0 for source-id and
+half-budget, about half for random-split (one source's questions land in both folds). Sampling is seeded by
 (seed, update, solver), so a rerun gives the same numbers; a finished variant is kept, not redone.
 
 Output in --out: bank.jsonl, VARIANT.json (settings, rates, judged responses), replay.json and replay.md.
@@ -35,26 +40,33 @@ from cfbench.training.audit.audit import RATES, judge_rows, out_dir, rates, run_
 from cfbench.training.selfevolve.sources import FOLDS_FILE, Task, fold_of
 
 VARIANTS = {  # variant -> (CrossFit control, auxiliary budget) that routes and trains its feedback solvers
+    "coupled": ("none", "none"),  # no CrossFit: the run's main solver scores; budget "none": no training here
     "same-source": ("same-source", "full"),
     "full-data": ("full-data", "full"),
     "random-split": ("random-split", "full"),
     "source-id": ("none", "full"),
     "half-budget": ("none", "half"),
 }
-REPLAY_VERSION = 1
+REPLAY_VERSION = 2
 
 
 def load_bank(run: Path, n: int) -> list[dict]:
-    bank = [{"task_id": r["task_id"], "step": step, "source_id": r["source_id"], "source": r["source"], "hops": r["hops"],
-             "question": r["draft_question"], "label": r["adopted_label"]}
-            for step, rows in saved_steps(run) for r in rows if r["admitted"]][:n]
-    if len(bank) < n:
-        raise CfbenchError(f"{run}: --bank {n} asks for more questions than the run admitted ({len(bank)}); pass --bank {len(bank)} or less")
-    return bank
+    trained = [{"task_id": r["task_id"], "step": step, "round": r["round"], "source_id": r["source_id"], "source": r["source"],
+                "hops": r["hops"], "question": r["draft_question"], "label": r["adopted_label"]}
+               for step, rows in saved_steps(run) for r in rows if r["admitted"] and r["phase"] == "solver"]
+    if len(trained) < n:
+        raise CfbenchError(f"{run}: --bank {n} asks for more questions than the run admitted in solver steps ({len(trained)}); "
+                           f"pass --bank {len(trained)} or less")
+    by_round = [[q for q in trained if q["round"] == r] for r in sorted({q["round"] for q in trained})]
+    turns = sorted(((i, r, q["task_id"]) for r, mine in enumerate(by_round) for i, q in enumerate(mine)))
+    chosen = {task_id for _, _, task_id in turns[:n]}
+    return [q for q in trained if q["task_id"] in chosen]
 
 
 def replay(run: Path, n: int, variants: list[str], judge, out: Path, epochs: int,
            on_variant: Callable[[str, dict], None] = lambda v, result: None) -> dict:
+    from cfbench.training.core.learner import checkpoints  # with torch and accelerate: not at CLI import
+
     config = run_config(run)
     bank = load_bank(run, n)
     text = "".join(json.dumps(b, sort_keys=True, ensure_ascii=False) + "\n" for b in bank)
@@ -66,12 +78,13 @@ def replay(run: Path, n: int, variants: list[str], judge, out: Path, epochs: int
     results = {}
     for variant in variants:
         settings = {"replay_version": REPLAY_VERSION, "variant": variant, "epochs": epochs, "run": str(run.resolve()),
-                    "bank_sha256": hashlib.sha256(text.encode()).hexdigest(), "judge": judge.describe()["identity"]}
+                    "bank_sha256": hashlib.sha256(text.encode()).hexdigest(), "judge": judge.describe()["identity"],
+                    "checkpoints": [p.name for _, p in checkpoints(run)] if variant == "coupled" else None}  # a resumed run: coupled again
         kept = _finished(out / f"{variant}.json", settings)
         if kept:
             results[variant] = kept
         else:
-            rows, updates = feedback(config, bank, folds, variant, epochs)
+            rows, updates = feedback(run, config, bank, folds, variant, epochs)
             judged = judge_rows(rows, judge)
             trained = [r["scorer_provenance"]["trained_on_this_source"] for r in rows]
             results[variant] = {"settings": settings, **rates(judged), "updates": updates,
@@ -108,7 +121,7 @@ def table(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def feedback(config: dict, bank: list[dict], folds: dict[str, int], variant: str, epochs: int) -> tuple[list[dict], dict[str, int]]:
+def feedback(run: Path, config: dict, bank: list[dict], folds: dict[str, int], variant: str, epochs: int) -> tuple[list[dict], dict[str, int]]:
     """Train the variant's feedback solvers on the bank, then score it: audit-style rows and updates per solver.
 
     `folds` are the run's source folds (folds.json); a source missing there gets the rule's fold.
@@ -119,7 +132,7 @@ def feedback(config: dict, bank: list[dict], folds: dict[str, int], variant: str
     from cfbench.harness.backends.tokens import PromptTokens
     from cfbench.harness.checkpoints import resolve
     from cfbench.harness.retrievers.choose import retriever_for
-    from cfbench.training.core.learner import learner, sampler, update
+    from cfbench.training.core.learner import TRAIN_RECORD, checkpoints, learner, sampler, update
     from cfbench.training.selfevolve.run import corpus_path, solver_answers, solver_episodes
 
     control, budget = VARIANTS[variant]
@@ -127,14 +140,21 @@ def feedback(config: dict, bank: list[dict], folds: dict[str, int], variant: str
     labels = {b["task_id"]: b["label"] for b in bank}
     questions = {b["task_id"]: b["question"] for b in bank}
     fold = {t.id: crossfit.fold(t, {t.source_id: int(folds.get(t.source_id, fold_of(t.source_id)))}, control) for t in tasks}
-    names = crossfit.solvers(True, control)[1:]  # the feedback solvers; the main solver plays no part
+    names = ["main"] if budget == "none" else crossfit.solvers(True, control)[1:]  # the feedback solvers
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
     torch.manual_seed(config["seed"])
     ckpt = resolve(config["model"])
     tokenizer = AutoTokenizer.from_pretrained(ckpt.location)
     tokens = PromptTokens(tokenizer)
-    roles = {name: learner(config, ckpt.location, accelerator) for name in names}
-    provenance = crossfit.Provenance(names)
+    if budget == "none":  # coupled: the run's main solver as it ended, with what it had trained on
+        if not checkpoints(run):
+            raise CfbenchError(f"{run}: --feedback coupled scores with the run's main solver, but the run has no checkpoint-N yet")
+        latest = checkpoints(run)[-1][1]
+        roles = {"main": learner(config, latest, accelerator)}
+        provenance = crossfit.Provenance(names, json.loads((latest / TRAIN_RECORD).read_text())["provenance"])
+    else:
+        roles = {name: learner(config, ckpt.location, accelerator) for name in names}
+        provenance = crossfit.Provenance(names)
     retriever = retriever_for(config["retriever"], None if config["corpus"] == "bundled" else corpus_path(config))
     knobs, m, size = Knobs(**config["knobs"]), config["samples_per_prompt"], config["prompts_per_step"]
 
@@ -145,7 +165,7 @@ def feedback(config: dict, bank: list[dict], folds: dict[str, int], variant: str
     batches = [tasks[i : i + size] for i in range(0, len(tasks), size)]
     updates = dict.fromkeys(names, 0)
     for step, (epoch, index, batch) in enumerate(((e, i, b) for e in range(epochs) for i, b in enumerate(batches)), start=1):
-        if not crossfit.aux_updates_now(budget, index + epoch):
+        if budget == "none" or not crossfit.aux_updates_now(budget, index + epoch):
             continue
         for name in names:
             mine = [t for t in batch if name in crossfit.trainers(fold[t.id], True, control)]
@@ -158,7 +178,7 @@ def feedback(config: dict, bank: list[dict], folds: dict[str, int], variant: str
                     provenance.add(name, fold[t.id], t.source_id)
     rows = {}
     for name in names:
-        mine = [t for t in tasks if crossfit.scorer(fold[t.id], True, control) == name]
+        mine = [t for t in tasks if crossfit.scorer(fold[t.id], budget != "none", control) == name]
         for t, samples in zip(mine, answers(name, mine, 0, f"replay-score-{name}") if mine else []):
             rows[t.id] = {"step": 0, "round": 0, "phase": "replay", "task_id": t.id, "source_id": t.source_id, "source": t.contents,
                           "draft_question": questions[t.id], "adopted_label": labels[t.id], "admitted": True, "fold": fold[t.id],
