@@ -42,6 +42,59 @@ def policy_loss(logprobs: torch.Tensor, trained: torch.Tensor, advantages: torch
     logprobs and trained are [rows, T-1]: trained marks the target tokens that are the model's own
     text (1) rather than prompt, padding or retrieved text (0).
     """
+    return recipe_loss(logprobs, trained, advantages, episodes=episodes)
+
+
+# Recipe terms of Search-R1's train_grpo.sh (verl): KL to a frozen reference and PPO's clipped ratio.
+# Not wired into the trainer yet (docs/training-at-scale.md lists what remains); with kl_coef = 0 and no
+# old log-probs, recipe_loss is policy_loss above, so the study's default objective is unchanged.
+
+KL_TYPES = ("kl", "low_var_kl")
+
+
+def kl_per_token(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str) -> torch.Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from the sampled tokens' log-probs (Schulman's k1 and k3).
+
+    "kl" (k1) = log pi - log pi_ref; "low_var_kl" (k3) = r - log r - 1 with r = pi_ref / pi, clamped
+    as verl's core_algos.kl_penalty does (log r to [-20, 20], the estimate to [-10, 10]) so one
+    token the policy has moved far from cannot dominate the batch.
+    """
+    if kind == "kl":
+        return logprobs - ref_logprobs
+    if kind == "low_var_kl":
+        log_ratio = (ref_logprobs - logprobs).clamp(-20, 20)
+        return (log_ratio.exp() - log_ratio - 1).clamp(-10, 10)
+    raise ValueError(f"kl type must be one of {', '.join(KL_TYPES)}, got {kind!r}")
+
+
+def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, clip_eps: float) -> torch.Tensor:
+    """Per-token PPO loss -min(r A, clip(r, 1-eps, 1+eps) A), r = pi / pi_old; advantages is [rows].
+
+    old_logprobs are the sampling policy's (detached); they make a second update on the same batch an
+    importance-weighted, clipped step instead of a biased on-policy one.
+    """
+    ratio = (logprobs - old_logprobs.detach()).exp()
+    a = advantages.unsqueeze(-1)
+    return -torch.minimum(ratio * a, ratio.clamp(1 - clip_eps, 1 + clip_eps) * a)
+
+
+def recipe_loss(logprobs: torch.Tensor, trained: torch.Tensor, advantages: torch.Tensor, *, episodes: int | None = None,
+                old_logprobs: torch.Tensor | None = None, clip_eps: float = 0.2,
+                ref_logprobs: torch.Tensor | None = None, kl_type: str = "low_var_kl", kl_coef: float = 0.0) -> torch.Tensor:
+    """policy_loss plus the optional recipe terms, aggregated the same way (token mean per episode, sum / |E|).
+
+    old_logprobs given: the policy term is the clipped surrogate (N updates per batch, each micro-batch
+    passing its rows' sampling log-probs). kl_coef > 0 (needs ref_logprobs): + kl_coef x the episode's
+    mean per-token KL to the frozen reference, as a loss term (verl's use_kl_loss), not a reward penalty.
+    """
+    if old_logprobs is None:
+        per_token = -(logprobs * advantages.unsqueeze(-1))
+    else:
+        per_token = clipped_surrogate(logprobs, old_logprobs, advantages, clip_eps)
+    if kl_coef:
+        if ref_logprobs is None:
+            raise ValueError("kl_coef > 0 needs ref_logprobs (the frozen reference's log-probs of the same tokens)")
+        per_token = per_token + kl_coef * kl_per_token(logprobs, ref_logprobs.detach(), kl_type)
     trained = trained.to(logprobs.dtype)
-    per_episode = (logprobs * trained).sum(-1) / trained.sum(-1).clamp(min=1)
-    return -(advantages * per_episode).sum() / (episodes or len(advantages))
+    per_episode = (per_token * trained).sum(-1) / trained.sum(-1).clamp(min=1)
+    return per_episode.sum() / (episodes or len(advantages))
