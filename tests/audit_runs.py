@@ -22,10 +22,13 @@ SOURCES = {row["id"]: row["contents"] for row in CORPUS}
 SCHEDULE = {"rounds": 3, "proposer_steps": 1, "solver_steps": 1, "steps": 6}  # rounds of 2 steps: a proposer step, a solver step
 
 
-def row(step: int, round_: int, slot: int, source: str, label: str | None, responses: list[str], question: str = "") -> dict:
+def row(step: int, round_: int, slot: int, source: str, label: str | None, responses: list[str], question: str = "", hops: int = 1,
+        evidence: list | None = None, contents: str | None = None) -> dict:
+    """An audit row as the run writes it; `evidence` are the proposer's retrieved passages, `contents` a source outside CORPUS."""
     admitted = label is not None
     return {"step": step, "round": round_, "phase": "proposer" if step % 2 else "solver", "task_id": f"s{step}-t{slot}", "source_id": source,
-            "source": SOURCES[source], "hops": 1, "fold": 0, "proposer_turns": [], "draft_question": question or f"About {source}?",
+            "source": contents or SOURCES[source], "hops": hops, "fold": 0, "proposer_turns": [], "evidence": evidence or [],
+            "draft_question": question or f"About {source}?",
             "draft_label": label or "", "format": 1.0, "parse_error": None if admitted else "no <question> tag", "msv": None,
             "admitted": admitted, "adopted_label": label, "scorer": "main" if admitted else None, "scorer_provenance": None,
             "solver_responses": [{"prediction": p, "turns": []} for p in responses], "k": None, "proposer_reward": 0.0}
@@ -47,11 +50,11 @@ CASES = {
 
 
 def make_run(path: Path, treatment: str = "dr-zero", cases: dict = CASES, generations: int = 10, tokens: int = 100,
-             overrides: dict | None = None) -> Path:
+             overrides: dict | None = None, corpus_rows: list[dict] = CORPUS) -> Path:
     """A run directory as `cfbench train` leaves one: config.json, metrics.jsonl, audit/step-N.jsonl, over a labelled corpus."""
     (path / "audit").mkdir(parents=True)
     corpus = path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps(r) + "\n" for r in CORPUS))
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in corpus_rows))
     config = load_config(treatment, "cpu-smoke", corpus=str(corpus)) | SCHEDULE | (overrides or {})
     (path / "config.json").write_text(json.dumps(config))
     metrics = []

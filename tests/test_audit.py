@@ -8,32 +8,66 @@ from click.testing import CliRunner
 
 from cfbench.cli import main
 from cfbench.harness.errors import CfbenchError
-from tests.audit_runs import CASES, make_run
+from tests.audit_runs import CASES, CORPUS, make_run, row
 from cfbench.training.audit.audit import audit_run, rates, round_means
 from cfbench.training.audit.report import write_report
-from cfbench.training.audit.judge import GoldJudge, JudgeCache, parse_reference, parse_verdict, slug
+from cfbench.training.audit.judge import GoldJudge, JudgeCache, parse_reference, parse_verdict, reference_prompt, slug
 
 SOURCE = '"Mount Everest"\nMount Everest is the highest mountain.\nIts height is 8849   metres.'
 
 
 def test_reference_needs_a_quote_from_the_source():
-    ok = parse_reference("<quote>its HEIGHT is 8849 metres</quote> <reference>8849 metres</reference>", SOURCE)
+    ok = parse_reference("<quote>its HEIGHT is 8849 metres</quote> <reference>8849 metres</reference>", [SOURCE])
     assert (ok.status, ok.answer, ok.reason) == ("resolved", "8849 metres", None)  # case and spacing do not matter
     cases = {
-        "<quote>Its height is 9000 metres</quote><reference>9000 metres</reference>": "the quote is not in the source",
-        "<reference>8849 metres</reference>": "no <quote> of the source",
-        "<quote>Its height is 8849 metres</quote><reference>Unresolved.</reference>": "the judge found no support in the source",
+        "<quote>Its height is 9000 metres</quote><reference>9000 metres</reference>": "the quote is in none of the evidence documents",
+        "<reference>8849 metres</reference>": "no <quote> of the evidence",
+        "<quote>Its height is 8849 metres</quote><reference>Unresolved.</reference>": "the judge found no support in the evidence",
         "The mountain is 8849 metres high.": "no <reference> answer",
         "<quote>x</quote><reference>  </reference>": "no <reference> answer",
         "<quote>height is</quote><reference>8849 metres</reference>": "the quote is under 3 words and does not hold the answer",
     }
     for output, reason in cases.items():
-        ref = parse_reference(output, SOURCE)
+        ref = parse_reference(output, [SOURCE])
         assert (ref.status, ref.reason) == ("unresolved", reason), output
     # a thinking block is dropped, and an echo of the instructions loses to the judge's own last span
     echoed = ("<think>maybe <reference>unresolved</reference></think> Copy between <quote> and </quote>, answer between <reference> "
               "and </reference>.\n<quote>8849 metres</quote><reference>8,849 m</reference>")
-    assert parse_reference(echoed, SOURCE).to_json() == {"status": "resolved", "answer": "8,849 m", "quote": "8849 metres", "reason": None}
+    assert parse_reference(echoed, [SOURCE]).to_json() == {"status": "resolved", "answer": "8,849 m", "quote": "8849 metres", "reason": None,
+                                                           "quote_from": 0}
+
+
+# A 2-hop question: the source names the river, the proposer's search found three passages, and only the second
+# says where the river ends. The source's gold answer (Black Sea) is in no sentence of the source itself.
+HOP_SOURCE = '"Vienna"\nVienna lies on the Danube. It is the capital of Austria.'
+HOP_EVIDENCE = [{"turn": 1, "id": "danube-1", "contents": '"Danube"\nThe Danube is the second longest river in Europe.'},
+                {"turn": 1, "id": "danube-2", "contents": '"Danube"\nThe river rises in the Black Forest. It flows into the Black Sea.'},
+                {"turn": 1, "id": "sea", "contents": '"Sea"\nSeas are large bodies of salt water.'}]
+
+
+def test_the_judge_reads_the_proposers_retrieved_passages_and_says_which_one_it_quoted():
+    documents = [HOP_SOURCE, *(e["contents"] for e in HOP_EVIDENCE)]
+    prompt = reference_prompt(documents, "Into which sea flows the river Vienna lies on?")
+    assert [line.split("]")[0] for line in prompt.splitlines()[:4]] == ["[S", "[P1", "[P2", "[P3"]
+    ref = parse_reference("<quote>It flows into the Black  Sea.</quote><reference>Black Sea</reference>", documents)
+    assert (ref.status, ref.quote_from) == ("resolved", 2)
+    assert parse_reference("<quote>It flows into the Black Sea.</quote><reference>Black Sea</reference>", [HOP_SOURCE]).reason == (
+        "the quote is in none of the evidence documents")  # what the source-only judge did: unresolved
+
+
+def test_a_2_hop_question_resolved_from_the_second_retrieved_passage_with_coverage_by_hops(tmp_path):
+    run = make_run(tmp_path / "run", corpus_rows=[*CORPUS, {"id": "vienna", "contents": HOP_SOURCE, "answers": ["Black Sea"]}],
+                   cases={2: [row(2, 1, 0, "vienna", "Black Sea", ["Black Sea", "North Sea"], "Into which sea flows Vienna's river?", hops=2,
+                                  evidence=HOP_EVIDENCE, contents=HOP_SOURCE),
+                              row(2, 1, 1, "paris", "Paris", ["Paris"], "Which city is the capital of France?")]})
+    record = audit_run(run, GoldJudge(run / "corpus.jsonl"), tmp_path / "judged")
+    two_hop = json.loads((tmp_path / "judged" / "step-2.jsonl").read_text().splitlines()[0])
+    assert two_hop["reference"] == {"status": "resolved", "answer": "Black Sea", "quote": "It flows into the Black Sea.", "reason": None,
+                                    "quote_from": 2}
+    assert [x["correct"] for x in two_hop["responses"]] == [True, False] and two_hop["evidence"] == HOP_EVIDENCE
+    assert [(h["hops"], h["questions"], h["resolved_questions"], h["coverage"]) for h in record["hops"]] == [(1, 1, 1, 1.0), (2, 1, 1, 1.0)]
+    write_report([record], [run], tmp_path / "report")
+    assert "| dr-zero | 2 | 1 | 1 | 1.000 | 0.500 | 0.500 | 0.000 | 0.000 | 1.000 |" in (tmp_path / "report" / "audit.md").read_text()
 
 
 def test_verdict_parsing():
@@ -44,11 +78,11 @@ def test_verdict_parsing():
 def test_gold_judge_references_and_verdicts(tmp_path):
     run = make_run(tmp_path / "run")
     judge = GoldJudge(run / "corpus.jsonl")
-    rows = [{"source_id": s, "source": r["source"], "question": "?"} for s, r in
+    rows = [{"source_id": s, "source": r["source"], "question": "?", "evidence": []} for s, r in
             [("everest", CASES[1][1]), ("nile", CASES[1][2]), ("moon", CASES[3][0])]]
     everest, nile, moon = judge.references(rows)
     assert (everest.status, everest.answer, everest.quote) == ("resolved", "8849 metres", "Its height is 8849 metres above sea level.")
-    assert nile.reason == "the source has no gold answer" and moon.reason == "no gold answer occurs in a sentence of the source"
+    assert nile.reason == "the source has no gold answer" and moon.reason == "no gold answer occurs in a sentence of the evidence"
     verdicts = judge.verdicts([(rows[0], everest, c) for c in ["8,849 m", "8849 Metres.", "8000 metres", " "]])
     assert [(v.correct, v.by) for v in verdicts] == [(True, "gold"), (True, "match"), (False, "gold"), (False, "empty")]
 

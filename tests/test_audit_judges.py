@@ -29,7 +29,7 @@ def test_openai_judge_on_loopback_then_a_rerun_from_the_cache_alone(tmp_path):
         for line in (out / "step-1.jsonl").read_text().splitlines() + (out / "step-2.jsonl").read_text().splitlines():
             q = json.loads(line)
             cached = [json.loads(x)["output"] for x in (out / CACHE_FILE).read_text().splitlines()]
-            assert any(parse_reference(c, SOURCES[q["source_id"]]).to_json() == q["reference"] for c in cached)
+            assert any(parse_reference(c, [SOURCES[q["source_id"]]]).to_json() == q["reference"] for c in cached)
         # verdicts the rules cannot settle go to the judge too
         asked = [({"question": "How high is Mount Everest?"}, Reference("resolved", "8849 metres", "8849 metres", None), c)
                  for c in ["8,849 m", "eight thousand", "8849 metres"]]
@@ -48,7 +48,7 @@ def test_hf_judge_in_process_caches_by_exact_inputs(tmp_path):
     run = make_run(tmp_path / "run", cases=CASES)
     cache = tmp_path / CACHE_FILE
     judge = judge_for("hf:smollm2-135m", run / "corpus.jsonl", cache)
-    rows = [{"source_id": "paris", "source": CORPUS[0]["contents"], "question": "Which city is the capital of France?"}]
+    rows = [{"source_id": "paris", "source": CORPUS[0]["contents"], "question": "Which city is the capital of France?", "evidence": []}]
     [ref] = judge.references(rows)
     assert (judge.needed, judge.sent) == (1, 1) and ref.status in ("resolved", "unresolved")
     judge.references(rows)

@@ -7,7 +7,8 @@ Per step, over resolved (label, response) pairs:
     A    the response matches the label under the run's matcher (what the loop rewarded)
     F    the response matches the label and both are wrong (false-agreement mass)
     L    the response is correct and the label wrong (lost credit)
-and coverage = resolved pairs / pairs. A response that matches the label shares the label's verdict
+and coverage = resolved pairs / pairs, also over the whole run per hop count (a 2-4-hop question is
+judged on its source and the passages the proposer retrieved; see judge.py). A response that matches the label shares the label's verdict
 (one answer, one verdict: F stays inside A). A pair is unresolved when its question's reference is
 unresolved or a verdict on it was unreadable. A round's value is the mean of its steps' rates (steps
 without a resolved pair have no rate and are left out). The audit only reads the run.
@@ -29,7 +30,7 @@ from cfbench.harness.runrecord import dumps, write_atomic
 from cfbench.training.core.answers import MATCHER, matches
 from cfbench.training.audit.judge import Verdict
 
-AUDIT_VERSION = 1
+AUDIT_VERSION = 2
 RATES = ("T_P", "T_S", "A", "F", "L")
 CACHE_FILE = "judge-cache.jsonl"
 
@@ -80,7 +81,8 @@ def saved_steps(run: Path) -> list[tuple[int, list[dict]]]:
 def judge_rows(rows: list[dict], judge) -> list[dict]:
     """The admitted questions of one step, judged. A response that matches the label shares the label's verdict."""
     admitted = [r for r in rows if r["admitted"]]
-    asked = [{"source_id": r["source_id"], "source": r["source"], "question": r["draft_question"]} for r in admitted]
+    asked = [{"source_id": r["source_id"], "source": r["source"], "question": r["draft_question"],
+              "evidence": r.get("evidence", [])} for r in admitted]  # runs recorded before evidence was: the source alone
     refs = judge.references(asked)
     items, owners = [], []  # per resolved question: its label (j = -1), then each response that does not match the label
     for i, (a, r, ref) in enumerate(zip(asked, admitted, refs)):
@@ -100,6 +102,7 @@ def judge_rows(rows: list[dict], judge) -> list[dict]:
             responses.append({"prediction": x["prediction"], "matches_label": agree, "correct": v.correct if v else None,
                               "by": v.by if v else None})
         judged.append({"step": r["step"], "round": r["round"], "phase": r["phase"], "task_id": r["task_id"], "source_id": r["source_id"],
+                       "hops": r["hops"], "evidence": asked[i]["evidence"], "source": r["source"],
                        "question": r["draft_question"], "adopted_label": r["adopted_label"], "reference": ref.to_json(),
                        "scorer": r["scorer"], "scorer_provenance": r["scorer_provenance"],
                        "label": None if label is None else {"correct": label.correct, "by": label.by}, "responses": responses})
@@ -121,6 +124,11 @@ def rates(judged: list[dict]) -> dict:
             "T_P": share(lambda lab, res, agree: lab), "T_S": share(lambda lab, res, agree: res),
             "A": share(lambda lab, res, agree: agree), "F": share(lambda lab, res, agree: agree and not lab and not res),
             "L": share(lambda lab, res, agree: res and not lab)}
+
+
+def by_hops(judged: list[dict]) -> list[dict]:
+    """Rates and coverage per hop count over all judged questions of a run."""
+    return [{"hops": n, **rates([q for q in judged if q["hops"] == n])} for n in sorted({q["hops"] for q in judged})]
 
 
 def round_means(steps: list[dict]) -> list[dict]:
@@ -147,15 +155,17 @@ def audit_run(run: Path, judge, out: Path, on_step: Callable[[int], None] = lamb
     for stale in out.glob("step-*.jsonl"):  # judged steps a resumed run has since replaced or dropped
         if int(stale.stem.split("-")[1]) not in numbers:
             stale.unlink()
-    steps = []
+    steps, everything = [], []
     for step, rows in saved:
         judged = judge_rows(rows, judge)
+        everything += judged
         write_atomic(out / f"step-{step}.jsonl", "".join(json.dumps(q, sort_keys=True, ensure_ascii=False) + "\n" for q in judged))
         round_, phase, _ = schedule(config, step)
         steps.append({"step": step, "round": round_, "phase": phase, **rates(judged)})
         on_step(step)
     record = {"audit_version": AUDIT_VERSION, "run": str(run.resolve()), "treatment": config["treatment"],
               "label": treatment_label(config), "config": config, "judge": judge.describe(), "matcher": MATCHER,
-              "judge_requests": {"needed": judge.needed, "sent": judge.sent}, "steps": steps, "rounds": round_means(steps)}
+              "judge_requests": {"needed": judge.needed, "sent": judge.sent}, "steps": steps, "rounds": round_means(steps),
+              "hops": by_hops(everything)}
     write_atomic(out / "audit.json", dumps(record) + "\n")
     return record

@@ -5,15 +5,18 @@
     hf:MODEL_OR_DIR     a local checkpoint, bundled model or hub id, in process, greedy
     reference           gold answers from the run's corpus rows (`answers` or `golden_answers`)
 
-An LLM judge first reads the source and the question and must copy the supporting span into
-`<quote>` and the short answer into `<reference>`. The reference is "unresolved" when the judge says
-so, gives no answer, quotes nothing, quotes text that is not in the source (compared
-case-insensitively with whitespace collapsed), or quotes fewer than 3 words that do not hold its
-answer. Then it answers yes/no for the adopted label and each solver response against the reference
+An LLM judge first reads the evidence, the source and then each passage the proposer retrieved while
+writing the question (marked [S], [P1], [P2], ... in retrieval order: a 2-4-hop question needs them),
+and the question, and must copy the supporting span into `<quote>` and the short answer into
+`<reference>`. The reference is "unresolved" when the judge says so, gives no answer, quotes
+nothing, quotes text that is in none of the marked documents (compared case-insensitively with
+whitespace collapsed), or quotes fewer than 3 words that do not hold its answer. A resolved
+reference records which document the quote came from (`quote_from`: 0 the source, k the k-th
+retrieved passage; the first that holds it). Then it answers yes/no for the adopted label and each solver response against the reference
 (the audit gives a response that matches the label the label's verdict); an empty answer is wrong and
 an answer equal to the reference under normalised exact match is right without a request; an
 unreadable verdict leaves the pair unresolved. The `reference` judge takes the first gold answer found, as whole words, in a sentence of
-the source text (the quote is that sentence; none found: unresolved) and calls an answer right when it matches any gold answer
+the source text, else of the retrieved passages in order (the quote is that sentence; none found: unresolved) and calls an answer right when it matches any gold answer
 under normalised exact match.
 
 A gold answer belongs to the source, not to the proposer's question: the `reference` judge is for
@@ -57,6 +60,7 @@ class Reference:
     answer: str | None
     quote: str | None
     reason: str | None  # why it is unresolved
+    quote_from: int | None = None  # the evidence document holding the quote: 0 the source, k the k-th retrieved passage
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -68,12 +72,20 @@ class Verdict:
     by: str  # "judge", "match" (equals the reference), "empty", "gold"
 
 
-def reference_prompt(source: str, question: str) -> str:
-    title, _, text = source.partition("\n")
-    return (f"Source document: (Title: {title}) {text}\n\nQuestion: {question}\n\n"
-            "Answer the question using only the source document. First copy the exact words of the document that "
+def evidence_marks(documents: list[str]) -> list[str]:
+    return ["S", *(f"P{k}" for k in range(1, len(documents)))]
+
+
+def reference_prompt(documents: list[str], question: str) -> str:
+    """`documents`: the source, then the proposer's retrieved passages in order (each `"Title"\ntext`)."""
+    shown = []
+    for mark, doc in zip(evidence_marks(documents), documents):
+        title, _, text = doc.partition("\n")
+        shown.append(f"[{mark}] {'Source document' if mark == 'S' else 'Retrieved passage'}: (Title: {title}) {text}")
+    return ("\n".join(shown) + f"\n\nQuestion: {question}\n\n"
+            "Answer the question using only the documents above. First copy the exact words of one document that "
             "support the answer between <quote> and </quote>, then write the short answer between <reference> and "
-            "</reference>. If the document does not answer the question, write <reference>unresolved</reference>.")
+            "</reference>. If the documents do not answer the question, write <reference>unresolved</reference>.")
 
 
 def verdict_prompt(question: str, reference: str, candidate: str) -> str:
@@ -91,20 +103,22 @@ def _last(pattern: re.Pattern, text: str) -> str:
     return found[-1].strip() if found else ""
 
 
-def parse_reference(output: str, source: str) -> Reference:
+def parse_reference(output: str, documents: list[str]) -> Reference:
+    """The judge's reference from `output`; `documents` as for reference_prompt."""
     output = _THINKING.sub("", output)
     answer, quote = _last(_REFERENCE, output), _last(_QUOTE, output)
     if not answer:
         return Reference("unresolved", None, quote or None, "no <reference> answer")
     if normalize(answer) == "unresolved":
-        return Reference("unresolved", None, quote or None, "the judge found no support in the source")
+        return Reference("unresolved", None, quote or None, "the judge found no support in the evidence")
     if not quote:
-        return Reference("unresolved", answer, None, "no <quote> of the source")
-    if _squash(quote) not in _squash(source):
-        return Reference("unresolved", answer, quote, "the quote is not in the source")
+        return Reference("unresolved", answer, None, "no <quote> of the evidence")
+    found = next((k for k, doc in enumerate(documents) if _squash(quote) in _squash(doc)), None)
+    if found is None:
+        return Reference("unresolved", answer, quote, "the quote is in none of the evidence documents")
     if len(quote.split()) < MIN_QUOTE_WORDS and normalize(answer) not in normalize(quote):
         return Reference("unresolved", answer, quote, f"the quote is under {MIN_QUOTE_WORDS} words and does not hold the answer")
-    return Reference("resolved", answer, quote, None)
+    return Reference("resolved", answer, quote, None, found)
 
 
 def parse_verdict(output: str) -> bool | None:
@@ -205,8 +219,8 @@ class LLMJudge:
         return [self.cache.outputs[k] for k in keys]
 
     def references(self, rows: list[dict]) -> list[Reference]:
-        outputs = self._ask([reference_prompt(r["source"], r["question"]) for r in rows], REFERENCE_TOKENS)
-        return [parse_reference(out, r["source"]) for out, r in zip(outputs, rows)]
+        outputs = self._ask([reference_prompt(documents(r), r["question"]) for r in rows], REFERENCE_TOKENS)
+        return [parse_reference(out, documents(r)) for out, r in zip(outputs, rows)]
 
     def verdicts(self, items: list[tuple[dict, Reference, str]]) -> list[Verdict]:
         """(audited row, its resolved reference, candidate answer) -> verdict."""
@@ -214,6 +228,11 @@ class LLMJudge:
         asked = [verdict_prompt(row["question"], ref.answer, c) for (row, ref, c), v in zip(items, ruled) if v is None]
         answers = iter(self._ask(asked, VERDICT_TOKENS))
         return [v or Verdict(parse_verdict(next(answers)), "judge") for v in ruled]
+
+
+def documents(row: dict) -> list[str]:
+    """What the judge reads for an audited question: its source, then the proposer's retrieved passages in order."""
+    return [row["source"], *(e["contents"] for e in row["evidence"])]
 
 
 def _rule(reference: str, candidate: str) -> Verdict | None:
@@ -245,12 +264,12 @@ class GoldJudge:
         golds = self.golds.get(row["source_id"])
         if not golds:
             return Reference("unresolved", None, None, "the source has no gold answer")
-        sentences = _SENTENCE.split(row["source"].partition("\n")[2])
+        sentences = [(k, x) for k, doc in enumerate(documents(row)) for x in _SENTENCE.split(doc.partition("\n")[2])]
         for gold in golds:
-            quote = next((x for x in sentences if score(x, [gold])["cover_em"]), None)  # whole words: "1" is not in "1990"
-            if quote:
-                return Reference("resolved", gold, quote, None)
-        return Reference("unresolved", None, None, "no gold answer occurs in a sentence of the source")
+            found = next(((k, x) for k, x in sentences if score(x, [gold])["cover_em"]), None)  # whole words: "1" is not in "1990"
+            if found:
+                return Reference("resolved", gold, found[1], None, found[0])
+        return Reference("unresolved", None, None, "no gold answer occurs in a sentence of the evidence")
 
     def verdicts(self, items: list[tuple[dict, Reference, str]]) -> list[Verdict]:
         return [_rule(ref.answer, c) or Verdict(any(matches(c, g) for g in self.golds[row["source_id"]]), "gold") for row, ref, c in items]

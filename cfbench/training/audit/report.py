@@ -1,7 +1,8 @@
 """The audit's tables, trajectory figure and cost report across treatments, from audit.json records and runs.
 
 Written to the report directory:
-    audit.md / audit.csv     T_P, T_S, A, F, L and coverage per treatment and round (mean of step rates)
+    audit.md / audit.csv     T_P, T_S, A, F, L and coverage per treatment and round (mean of step rates);
+                             audit.md also gives coverage and the rates per hop count over each run
     steps.csv                the same per step
     trajectory.png           A, T_S, T_P and F across steps for every treatment side by side, round
                              boundaries dotted and round means as flat segments (the study's figure)
@@ -60,7 +61,12 @@ def rate_tables(records: list[dict]) -> tuple[str, str, str]:
         for row in r["steps"]:
             steps.append([name, row["step"], row["round"], row["phase"], row["questions"], row["pairs"], row["resolved_pairs"],
                           *(row[c] for c in _COLUMNS)])
-    md += ["", "steps: steps with at least one resolved pair / steps audited."]
+    md += ["", "steps: steps with at least one resolved pair / steps audited.", "", "## By hop count", "",
+           "Over each run's judged questions; a multi-hop question is judged on its source and the proposer's retrieved passages.", "",
+           "| treatment | hops | questions | resolved questions | " + " | ".join(_COLUMNS) + " |", "|---|---:|---:|---:|" + "---:|" * len(_COLUMNS)]
+    for name, r in zip(names, records):
+        md += [f"| {name} | {row['hops']} | {row['questions']} | {row['resolved_questions']} | " + " | ".join(_num(row[c]) for c in _COLUMNS) + " |"
+               for row in r["hops"]]
     return ("\n".join(md) + "\n", _csv(["treatment", "round", "steps", "steps_with_pairs", *_COLUMNS], rounds),
             _csv(["treatment", "step", "round", "phase", "questions", "pairs", "resolved_pairs", *_COLUMNS], steps))
 

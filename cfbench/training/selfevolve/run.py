@@ -19,8 +19,9 @@ Run directory, beside the training core's config.json, metrics.jsonl, curves.png
 (the main solver at the top, `proposer/` and the auxiliary solvers in sub-directories):
     folds.json            the run's source pool, how often each source is proposed per round, the connected
                           groups and the fold of every source, decided when the run starts
-    audit/step-N.jsonl    one row per task: source, proposal, admission, adopted label, fold, scorer
-                          and its training provenance, the scorer's responses, k, proposer reward
+    audit/step-N.jsonl    one row per task: source, the passages the proposer retrieved (evidence, in search
+                          order), proposal, admission, adopted label, fold, scorer and its training
+                          provenance, the scorer's responses, k, proposer reward
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def self_evolve(config: dict, out: Path, start: int, resume: bool, accelerator, 
         if int(stale.stem.split("-")[1]) > start:
             stale.unlink()
     retriever = retriever_for(config["retriever"], None if config["corpus"] == "bundled" else corpus_path(config))
-    loop = _Loop(config, tokens, retriever, provenance)
+    loop = _Loop(config, tokens, retriever, provenance, dict(zip(corpus.ids, corpus.contents)))
     device = torch.cuda.get_device_name(accelerator.device) if accelerator.device.type == "cuda" else accelerator.device.type
 
     last = out / f"checkpoint-{start}"
@@ -139,8 +140,8 @@ def _mean(xs: list) -> float | None:
 class _Step:
     """Everything one step produced, for the updates, the audit rows and the metrics row."""
 
-    def __init__(self, step: int, round_: int, phase: str, index: int, tasks: list[Task]) -> None:
-        self.step, self.round, self.phase, self.index, self.tasks = step, round_, phase, index, tasks
+    def __init__(self, step: int, round_: int, phase: str, index: int, tasks: list[Task], texts: dict[str, str]) -> None:
+        self.step, self.round, self.phase, self.index, self.tasks, self.texts = step, round_, phase, index, tasks, texts
         self.drafts: dict[str, Trajectory] = {}
         self.proposals: dict[str, proposer.Proposal] = {}
         self.formats: dict[str, float] = {}
@@ -168,6 +169,8 @@ class _Step:
             rows.append({
                 "step": self.step, "round": self.round, "phase": self.phase, "task_id": t.id, "source_id": t.source_id,
                 "source": t.contents, "hops": t.hops, "fold": self.folds[t.id], "proposer_turns": self.drafts[t.id].turns,
+                "evidence": [{"turn": n, "id": d, "contents": self.texts[d]} for n, turn in enumerate(self.drafts[t.id].turns, start=1)
+                             for d in turn["doc_ids"]],
                 "draft_question": p.question, "draft_label": p.answer, "format": self.formats[t.id], "parse_error": p.error,
                 "msv": None if v is None else {"aware": v.aware, "blind": v.blind, "aware_majority": v.aware_majority,
                                                  "blind_majority": v.blind_majority},
@@ -196,14 +199,15 @@ class _Step:
 
 
 class _Loop:
-    def __init__(self, config: dict, tokens: PromptTokens, retriever, provenance: crossfit.Provenance) -> None:
+    def __init__(self, config: dict, tokens: PromptTokens, retriever, provenance: crossfit.Provenance, texts: dict[str, str]) -> None:
         self.config, self.tokens, self.retriever, self.provenance = config, tokens, retriever, provenance
+        self.texts = texts  # passage id -> contents: the judge reads the proposer's evidence in full, not as truncated in its context
         self.knobs = Knobs(**config["knobs"])
         self.m = config["samples_per_prompt"]
 
     def rollouts(self, step: int, tasks: list[Task], folds: dict[str, int], engines: dict[str, Backend]) -> _Step:
         c = self.config
-        s = _Step(step, *schedule(c, step), tasks)
+        s = _Step(step, *schedule(c, step), tasks, self.texts)
         for hops in sorted({t.hops for t in tasks}):  # the proposer's search budget is its task's n-1
             group = [t for t in tasks if t.hops == hops]
             budget = Knobs(**{**c["knobs"], "max_searches": hops - 1})
