@@ -14,7 +14,7 @@ from cfbench.training.selfevolve.crossfit import AUX_BUDGETS, CONTROLS
 @click.command("train")
 @click.option("--treatment", required=True, help="base, search-r1, dr-zero, msv, crossfit or msv-crossfit (training/treatments.py).")
 @click.option("--scale", default="cpu-smoke", show_default=True, help="cpu-smoke or paper.")
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="Run directory: checkpoints, metrics, rollouts.")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Run directory: checkpoints, metrics, rollouts (unless --plan).")
 @click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --out.")
 @click.option("--steps", type=click.IntRange(min=0), default=None, help="Total steps [default: the config's]; may extend a resumed run.")
 @click.option("--save-every", type=click.IntRange(min=1), default=None, help="Checkpoint every N steps [default: the config's].")
@@ -24,7 +24,11 @@ from cfbench.training.selfevolve.crossfit import AUX_BUDGETS, CONTROLS
 @click.option("--corpus", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Self-evolution source passages as jsonl(.gz) [default: the bundled corpus].")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads (default: torch's).")
-def train_cmd(treatment, scale, out, resume, steps, save_every, control, aux_budget, corpus, threads) -> None:
+@click.option("--plan", "plan_only", is_flag=True, help="Print the run's per-GPU memory (training/plan.py); refuse one that cannot fit.")
+@click.option("--gpus", type=click.IntRange(min=1), default=8, show_default=True, help="--plan: GPUs the run would use.")
+@click.option("--gpu-memory", type=click.FloatRange(min=1), default=80, show_default=True, help="--plan: memory of one GPU in GB.")
+def train_cmd(treatment, scale, out, resume, steps, save_every, control, aux_budget, corpus, threads,
+              plan_only, gpus, gpu_memory) -> None:
     """Train a treatment; every checkpoint-N is a model dir `cfbench eval --ckpt` scores unchanged."""
     import torch
     from accelerate import PartialState
@@ -37,6 +41,12 @@ def train_cmd(treatment, scale, out, resume, steps, save_every, control, aux_bud
     with one_line_errors():
         config = load_config(treatment, scale, steps, save_every, control=control, aux_budget=aux_budget,
                              corpus=None if corpus is None else str(corpus.resolve()))
+        if plan_only:
+            from cfbench.training.plan import plan
+
+            return click.echo("\n".join(plan(config, gpus, gpu_memory)))
+        if out is None:
+            raise click.UsageError("Missing option '--out'.")
 
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("reward {task.fields[reward]}"),
                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())

@@ -36,7 +36,7 @@ from cfbench.harness.backends.tokens import PromptTokens
 from cfbench.harness.checkpoints import resolve
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.protocol import Knobs
-from cfbench.harness.runrecord import dumps, write_atomic
+from cfbench.harness.jsonl import dumps, write_atomic, write_jsonl
 from cfbench.harness.suite import Question
 from cfbench.training.core.episodes import encode_episode
 from cfbench.training.core.learner import (TRAIN_RECORD, append_row, check_space, checkpoints, drop_partial_saves, keep_rows_before, learner,
@@ -141,7 +141,7 @@ def _search_r1(config: dict, out: Path, start: int, accelerator, on_step: Callab
         row = _mean_over_processes(accelerator, row)
         rows = gather_object(_rollout_rows(trajectories, rewards))
         if main:
-            write_atomic(out / "rollouts" / f"step-{step + 1}.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+            write_jsonl(out / "rollouts" / f"step-{step + 1}.jsonl", rows)
             append_row(out / "metrics.jsonl", row)
         if (step + 1) % config["save_every"] == 0 or step + 1 == config["steps"]:
             last = save(accelerator, {"": policy}, tokenizer, out, step + 1, {"config": config})

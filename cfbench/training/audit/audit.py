@@ -159,7 +159,7 @@ def audit_run(run: Path, judge, out: Path, on_step: Callable[[int], None] = lamb
     for step, rows in saved:
         judged = judge_rows(rows, judge)
         everything += judged
-        write_atomic(out / f"step-{step}.jsonl", "".join(json.dumps(q, sort_keys=True, ensure_ascii=False) + "\n" for q in judged))
+        jsonl.write_jsonl(out / f"step-{step}.jsonl", judged)
         round_, phase, _ = schedule(config, step)
         steps.append({"step": step, "round": round_, "phase": phase, **rates(judged)})
         on_step(step)

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -152,10 +151,7 @@ class JudgeCache:
     def add(self, entries: dict[str, str]) -> None:
         self.outputs.update(entries)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write("".join(json.dumps({"key": k, "output": v}, ensure_ascii=False) + "\n" for k, v in entries.items()))
-            fh.flush()
-            os.fsync(fh.fileno())
+        jsonl.append_jsonl(self.path, ({"key": k, "output": v} for k, v in entries.items()))
 
 
 class _HTTPChat:

@@ -34,7 +34,7 @@ import torch
 
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.protocol import Knobs
-from cfbench.harness.runrecord import dumps, write_atomic
+from cfbench.harness.jsonl import dumps, jsonl_text, write_atomic
 from cfbench.training.selfevolve import crossfit
 from cfbench.training.audit.audit import RATES, judge_rows, out_dir, rates, run_config, saved_steps
 from cfbench.training.selfevolve.sources import FOLDS_FILE, Task, fold_of
@@ -69,7 +69,7 @@ def replay(run: Path, n: int, variants: list[str], judge, out: Path, epochs: int
 
     config = run_config(run)
     bank = load_bank(run, n)
-    text = "".join(json.dumps(b, sort_keys=True, ensure_ascii=False) + "\n" for b in bank)
+    text = jsonl_text(bank)
     saved = out_dir(out, "--out") / "bank.jsonl"
     if saved.is_file() and saved.read_text(encoding="utf-8") != text:
         raise CfbenchError(f"{saved} holds another bank (another run or --bank); choose a new --out")

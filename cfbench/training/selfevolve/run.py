@@ -39,9 +39,9 @@ from cfbench.harness.backends.tokens import PromptTokens
 from cfbench.harness.checkpoints import resolve
 from cfbench.harness.corpus import load_corpus
 from cfbench.harness.errors import CfbenchError
+from cfbench.harness.jsonl import write_jsonl
 from cfbench.harness.paths import BUNDLED_CORPUS
 from cfbench.harness.protocol import Knobs, user_prompt
-from cfbench.harness.runrecord import write_atomic
 from cfbench.harness.suite import Question
 from cfbench.training.selfevolve import crossfit, msv, proposer
 from cfbench.training.core.answers import MATCHER, matches
@@ -107,7 +107,7 @@ def self_evolve(config: dict, out: Path, start: int, resume: bool, accelerator, 
         rolled = time.time()
         losses = loop.updates(state, engines, lambda name, episodes: update(roles[name], accelerator, episodes, config, tokenizer.pad_token_id or 0)[0])
         updated = time.time()
-        write_atomic(out / "audit" / f"step-{step}.jsonl", "".join(json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n" for r in state.audit_rows()))
+        write_jsonl(out / "audit" / f"step-{step}.jsonl", state.audit_rows())
         row = state.metrics(losses, rolled - began, updated - rolled, device)
         append_row(out / "metrics.jsonl", row)
         if step % config["save_every"] == 0 or step == config["steps"]:
