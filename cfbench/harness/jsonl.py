@@ -1,11 +1,22 @@
-"""Reading JSON-lines files (plain or gzip) with file:line errors, and content hashing."""
+"""The project's file helpers: JSON-lines read (plain or gzip, file:line errors) and write, atomic files and
+directories, content hashing.
+
+One rule for every JSON cfbench writes: non-ASCII text stays UTF-8 (a question in any script reads as itself
+in the file) and keys are sorted (the same object is always the same bytes, so files hash and diff stably).
+Exception: tasks/build_data.py keeps each shipped row's field order, because the suites' bytes are pinned
+by hash in tasks/manifest.json.
+"""
 
 from __future__ import annotations
 
 import gzip
 import hashlib
 import json
-from collections.abc import Iterator
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from cfbench.harness.errors import CfbenchError
@@ -49,3 +60,57 @@ def iter_rows(path: Path, data: bytes) -> Iterator[tuple[int, dict]]:
         if not isinstance(row, dict):
             raise CfbenchError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
         yield lineno, row
+
+
+def dumps(obj) -> str:
+    """One JSON line."""
+    return json.dumps(obj, ensure_ascii=False, sort_keys=True)
+
+
+def json_text(obj) -> str:
+    """A JSON document meant to be read by people too (results, entries): indented, newline-terminated."""
+    return json.dumps(obj, ensure_ascii=False, indent=2, sort_keys=True) + "\n"
+
+
+def jsonl_text(rows: Iterable) -> str:
+    return "".join(dumps(r) + "\n" for r in rows)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Readers see the old file or the new one, never a torn one, even if the process dies mid-write."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def write_jsonl(path: Path, rows: Iterable) -> None:
+    write_atomic(path, jsonl_text(rows))
+
+
+def append_jsonl(path: Path, rows: Iterable) -> None:
+    """All rows in one write, synced: a crash loses the whole batch or nothing, and resume redoes a batch whole."""
+    with path.open("a", encoding="utf-8") as f:
+        f.write(jsonl_text(rows))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+@contextmanager
+def atomic_dir(target: Path, replace: bool = False) -> Iterator[Path]:
+    """A fresh directory beside target (so the final move is one rename) that becomes target when the block
+    succeeds: readers never see half of it, and a failed build leaves nothing behind. With replace, an existing
+    target is removed first; without, target must be absent or an empty directory (which the rename replaces)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private
+        if replace:
+            shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -9,31 +9,16 @@ one would.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from cfbench.harness.errors import CfbenchError
+from cfbench.harness.jsonl import append_jsonl, dumps, json_text, write_atomic, write_jsonl
 
 RECORD_VERSION = 1
 CONFIG = "run.json"
 TRAJECTORIES = "trajectories.jsonl"
 SEGMENTS = "segments.jsonl"
 RESULTS = "results.json"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-
-
-def dumps(obj) -> str:
-    return json.dumps(obj, ensure_ascii=False, sort_keys=True)
 
 
 # Where an input lives is not what it is: when its hash is recorded, a resume may find it elsewhere
@@ -107,19 +92,15 @@ class RunDir:
 
     def keep_only(self, rows: list[dict]) -> None:
         """Rewrite the trajectories with exactly these rows (dropping torn lines and partial batches)."""
-        write_atomic(self.path / TRAJECTORIES, "".join(dumps(r) + "\n" for r in rows))
+        write_jsonl(self.path / TRAJECTORIES, rows)
 
     def append(self, rows: list[dict]) -> None:
-        with open(self.path / TRAJECTORIES, "a", encoding="utf-8") as f:
-            f.write("".join(dumps(r) + "\n" for r in rows))
-            f.flush()
-            os.fsync(f.fileno())
+        append_jsonl(self.path / TRAJECTORIES, rows)
 
     def add_segment(self, segment: dict) -> list[dict]:
         """Record one working session (start, end, questions done); returns all of them."""
-        with open(self.path / SEGMENTS, "a", encoding="utf-8") as f:
-            f.write(dumps(segment) + "\n")
+        append_jsonl(self.path / SEGMENTS, [segment])
         return [json.loads(line) for line in (self.path / SEGMENTS).read_text().splitlines() if line.strip()]
 
     def write_results(self, results: dict) -> None:
-        write_atomic(self.path / RESULTS, json.dumps(results, ensure_ascii=False, indent=2, sort_keys=True) + "\n")
+        write_atomic(self.path / RESULTS, json_text(results))

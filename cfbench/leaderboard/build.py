@@ -6,7 +6,6 @@ index.html are all rendered from that dict, so every published number has one so
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from cfbench.leaderboard import comparable, stats
@@ -15,7 +14,7 @@ from cfbench.leaderboard.reported import reported
 from cfbench.leaderboard.store import Run, stored_runs
 from cfbench.leaderboard.tables import csv_table, latex_table, markdown
 from cfbench.harness.metrics import GROUPS, METRICS
-from cfbench.harness.runrecord import write_atomic
+from cfbench.harness.jsonl import json_text, write_atomic
 
 RANK_METRIC = "cover_em"
 RANK_BY = "avg7"
@@ -34,7 +33,7 @@ def build(suite_dir: Path) -> dict:
     board = leaderboard(suite_dir.name, stored_runs(suite_dir))
     suite_dir.mkdir(parents=True, exist_ok=True)
     outputs = {
-        "results.json": json.dumps(board, ensure_ascii=False, indent=2, sort_keys=True) + "\n",
+        "results.json": json_text(board),
         "README.md": markdown(board),
         "results.csv": csv_table(board),
         "results.tex": latex_table(board),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -68,10 +67,10 @@ def export_cmd(run, out) -> None:
     """Write a run (a run directory or a stored entry) in lm-evaluation-harness's results layout."""
     from cfbench.leaderboard.lmeval import lmeval_results
     from cfbench.leaderboard.store import load_run
-    from cfbench.harness.runrecord import write_atomic
+    from cfbench.harness.jsonl import json_text, write_atomic
 
     with one_line_errors():
-        write_atomic(out, json.dumps(lmeval_results(load_run(run)), ensure_ascii=False, indent=2, sort_keys=True) + "\n")
+        write_atomic(out, json_text(lmeval_results(load_run(run))))
         console.print(f"lm-eval results: {out}", highlight=False, soft_wrap=True)
 
 

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from cfbench.harness.errors import CfbenchError
-from cfbench.harness.jsonl import iter_rows, read_bytes, sha256
+from cfbench.harness.jsonl import atomic_dir, iter_rows, json_text, jsonl_text, read_bytes, sha256, write_atomic, write_jsonl
 from cfbench.harness.metrics import METRICS, aggregate
-from cfbench.harness.runrecord import RESULTS, TRAJECTORIES, dumps, write_atomic
+from cfbench.harness.runrecord import RESULTS, TRAJECTORIES
 
 RUNS = "runs"
 SCORES = "scores.jsonl"
@@ -61,7 +58,7 @@ def load_run(path: Path) -> Run:
 
 
 def content_id(results: dict, rows: list[dict]) -> str:
-    return sha256((dumps(results) + "\n" + "".join(dumps(r) + "\n" for r in rows)).encode())[:16]
+    return sha256(jsonl_text([results, *rows]).encode())[:16]
 
 
 def add(run: Run, root: Path, labels: dict[str, str | None]) -> tuple[Path, bool]:
@@ -75,16 +72,10 @@ def add(run: Run, root: Path, labels: dict[str, str | None]) -> tuple[Path, bool
         if any(labels.get(k) is not None and labels[k] != stored[k] for k in LABELS):
             raise CfbenchError(f"{dest}: this run is already stored with labels {stored}; edit {dest / ENTRY} to relabel it")
         return dest, False
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=runs_dir, prefix=".adding."))
-    try:
-        write_atomic(tmp / RESULTS, json.dumps(run.results, ensure_ascii=False, indent=2, sort_keys=True) + "\n")
-        write_atomic(tmp / SCORES, "".join(dumps(r) + "\n" for r in run.rows))
-        write_atomic(tmp / ENTRY, json.dumps(wanted, ensure_ascii=False, indent=2, sort_keys=True) + "\n")
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with atomic_dir(dest) as tmp:
+        write_atomic(tmp / RESULTS, json_text(run.results))
+        write_jsonl(tmp / SCORES, run.rows)
+        write_atomic(tmp / ENTRY, json_text(wanted))
     return dest, True
 
 

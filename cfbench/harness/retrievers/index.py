@@ -11,9 +11,7 @@ the same build on any machine has the same hash; result caches and run records k
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,7 +20,7 @@ import numpy as np
 
 from cfbench.harness.corpus import Corpus, load_corpus
 from cfbench.harness.errors import CfbenchError
-from cfbench.harness.jsonl import sha256
+from cfbench.harness.jsonl import atomic_dir, sha256
 from cfbench.harness.paths import TASKS_DIR, cache_dir, from_portable, portable
 
 FORMAT = "cfbench-index-v1"
@@ -56,9 +54,7 @@ def build_index(corpus: Corpus, kind: str, out: Path, *, encoder: str = "minilm"
         raise CfbenchError(f"{out} exists and is not an empty directory; choose a new --out or remove it")
     params = _params(kind, encoder, hnsw_m, dtype)
     started = time.perf_counter()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
-    try:
+    with atomic_dir(out) as tmp:
         if kind == "bm25":
             from cfbench.harness.retrievers.bm25 import build_bm25
 
@@ -82,11 +78,6 @@ def build_index(corpus: Corpus, kind: str, out: Path, *, encoder: str = "minilm"
             "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        os.chmod(tmp, 0o755)  # mkdtemp makes it private
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

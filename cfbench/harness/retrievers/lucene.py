@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 import shutil
 import subprocess
@@ -15,6 +14,7 @@ import numpy as np
 
 from cfbench.harness.corpus import Corpus
 from cfbench.harness.errors import CfbenchError
+from cfbench.harness.jsonl import dumps
 from cfbench.harness.paths import portable
 from cfbench.harness.retrievers import Hit
 from cfbench.harness.retrievers.ranking import TIE_MARGIN, top_k
@@ -44,7 +44,7 @@ def build_lucene(corpus: Corpus, directory: Path) -> None:
     with tempfile.TemporaryDirectory() as docs:
         with open(Path(docs) / "docs.jsonl", "w", encoding="utf-8") as f:
             for pid, contents in zip(corpus.ids, corpus.contents):
-                f.write(json.dumps({"id": pid, "contents": contents}) + "\n")
+                f.write(dumps({"id": pid, "contents": contents}) + "\n")  # streamed: a corpus can be GBs
         cmd = [sys.executable, "-m", "pyserini.index.lucene", "--collection", "JsonCollection", "--input", docs,
                "--index", str(directory), "--generator", "DefaultLuceneDocumentGenerator", "--threads", "1", "--storeRaw"]
         done = subprocess.run(cmd, capture_output=True, text=True)

@@ -26,7 +26,7 @@ from accelerate.utils import broadcast_object_list
 from cfbench.harness.backends.hf import HFBackend
 from cfbench.harness.checkpoints import ResolvedCheckpoint
 from cfbench.harness.errors import CfbenchError
-from cfbench.harness.runrecord import dumps, write_atomic
+from cfbench.harness.jsonl import append_jsonl, dumps, write_atomic
 from cfbench.training.core.episodes import Episode, collate
 from cfbench.training.core.objective import group_advantages, policy_loss, token_logprobs
 
@@ -163,5 +163,4 @@ def keep_rows_before(path: Path, start: int) -> None:
 
 
 def append_row(path: Path, row: dict) -> None:
-    with path.open("a") as fh:
-        fh.write(json.dumps(row, sort_keys=True) + "\n")
+    append_jsonl(path, [row])
