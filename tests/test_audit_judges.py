@@ -6,13 +6,16 @@ cache, resume), and every number they check comes from what the model really ans
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from cfbench.cli import main
+from cfbench.harness.errors import CfbenchError
 from tests.audit_runs import CORPUS, SOURCES, make_run, row
+from tests.openai_stub import openai_stub
 from tests.servers import cli_server
 from cfbench.training.audit.audit import CACHE_FILE, audit_run
-from cfbench.training.audit.judge import Reference, judge_for, parse_reference
+from cfbench.training.audit.judge import Reference, Verdict, judge_for, parse_reference, slug
 
 CASES = {1: [row(1, 1, 0, "paris", "Paris", ["Paris", "Lyon"], "Which city is the capital of France?")],
          2: [row(2, 1, 0, "everest", "8000 metres", ["8849 metres", "eight"], "How high is Mount Everest?")]}
@@ -56,3 +59,31 @@ def test_hf_judge_in_process_caches_by_exact_inputs(tmp_path):
     judge.references([rows[0] | {"question": "Which river runs through Paris?"}])
     assert (judge.needed, judge.sent) == (3, 2)  # another prompt: asked
     assert len(cache.read_text().splitlines()) == 2
+
+
+def test_openai_judge_sends_key_effort_and_budget_and_the_hosted_api_needs_a_key(tmp_path, monkeypatch):
+    yes = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "<think>same city</think>Yes"}, "finish_reason": "stop"}]}
+    item = ({"question": "Which city is the capital of France?"}, Reference("resolved", "Paris", "Paris is the capital", None),
+            "the French capital")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env-456")
+    with openai_stub(lambda path, body: (200, yes)) as (url, received):
+        reasoning = judge_for(f"openai:stub-model@{url}", tmp_path / "corpus.jsonl", tmp_path / "a" / CACHE_FILE,
+                              reasoning_effort="low", max_output_tokens=512)
+        greedy = judge_for(f"openai:stub-model@{url}", tmp_path / "corpus.jsonl", tmp_path / "b" / CACHE_FILE)
+        assert reasoning.verdicts([item]) == greedy.verdicts([item]) == [Verdict(True, "judge")]
+    assert [r["path"] for r in received] == ["/v1/chat/completions"] * 2
+    assert {r["headers"]["authorization"] for r in received} == {"Bearer sk-env-456"}
+    assert received[0]["body"]["reasoning_effort"] == "low" and received[0]["body"]["max_completion_tokens"] == 512
+    assert "temperature" not in received[0]["body"] and "chat_template_kwargs" not in received[0]["body"]
+    assert received[1]["body"]["temperature"] == 0 and received[1]["body"]["max_completion_tokens"] == 8
+    assert received[1]["body"]["chat_template_kwargs"] == {"enable_thinking": False}  # vLLM's field, via extra_body
+    assert reasoning.identity == "openai:stub-model|reasoning_effort=low|max_output_tokens=512" and greedy.identity == "openai:stub-model"
+    # openai:MODEL with no URL is the hosted API, which needs a key
+    hosted = judge_for("openai:gpt-5-mini", tmp_path / "corpus.jsonl", tmp_path / "c" / CACHE_FILE, reasoning_effort="high")
+    assert str(hosted.chat._client.base_url) == "https://api.openai.com/v1/"
+    assert slug("openai:gpt-5-mini", "high") == "openai-gpt-5-mini-high" and slug("openai:qwen@http://h:1/v1") == "openai-qwen"
+    monkeypatch.delenv("OPENAI_API_KEY")
+    with pytest.raises(CfbenchError, match="hosted OpenAI API needs a key: set OPENAI_API_KEY or pass --api-key"):
+        judge_for("openai:gpt-5-mini", tmp_path / "corpus.jsonl", tmp_path / "c" / CACHE_FILE)
+    with pytest.raises(CfbenchError, match="are for openai: judges"):
+        judge_for("reference", tmp_path / "corpus.jsonl", tmp_path / "c" / CACHE_FILE, reasoning_effort="high")

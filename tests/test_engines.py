@@ -1,11 +1,11 @@
 """Engines behind the same loop: the OpenAI-compatible client against a real `cfbench serve-model` on loopback.
 
-The server runs the same bundled SmolLM2 checkpoint in its own process; every test here talks HTTP to it.
+The server runs the same bundled SmolLM2 checkpoint in its own process; every test here talks HTTP to it, except
+those about what only a scripted loopback server can show (headers sent, overload answers, choices out of order).
 """
 
 import json
 
-import httpx
 import pytest
 import requests
 
@@ -13,6 +13,7 @@ from cfbench.harness.backends.openai import OpenAIBackend, _with_stop
 from cfbench.harness.evaluate import evaluate
 from cfbench.harness.protocol import STOP, Knobs
 from cfbench.harness.suite import load_suite
+from openai_stub import openai_stub
 from servers import cli_server, free_port
 
 MODEL = "smollm2-135m"
@@ -88,19 +89,40 @@ def test_client_errors_are_one_clear_line(served):
         client.generate(["hello"], 10**6, 4096, STOP)
 
 
-def test_client_retries_server_errors_then_fails_loudly(served):
+def test_client_sends_the_key_and_vllm_fields_and_restores_order_and_stops():
+    def answer(path, body):  # choices in reverse order, each ending at a stop string it strips but names in stop_reason
+        return 200, {"choices": [{"index": i, "text": f"p{body['prompt'][i][-1]}", "stop_reason": "</search>", "finish_reason": "stop"}
+                                 for i in reversed(range(len(body["prompt"])))]}
+
+    with openai_stub(answer) as (url, received):
+        engine = OpenAIBackend(url, "stub-model", tokenizer=MODEL, api_key="sk-test-123", organization="org-test", request_size=2)
+        texts = engine.generate(["first", "second", "third"], 4, 4096, STOP)
+    assert texts == [f"p{engine.tokens.context(p, 4096)[-1]}</search>" for p in ["first", "second", "third"]]
+    assert [r["path"] for r in received] == ["/v1/models", "/v1/completions", "/v1/completions"]
+    assert {r["headers"]["authorization"] for r in received} == {"Bearer sk-test-123"}
+    assert {r["headers"]["openai-organization"] for r in received} == {"org-test"}
+    assert sorted(len(r["body"]["prompt"]) for r in received[1:]) == [1, 2]  # request_size prompts per request, sent concurrently
+    sent = max((r["body"] for r in received[1:]), key=lambda body: len(body["prompt"]))
+    assert sent["include_stop_str_in_output"] is True and sent["skip_special_tokens"] is True  # vLLM's fields, via extra_body
+    assert sent["temperature"] == 0 and sent["n"] == 1 and sent["stop"] == list(STOP) and sent["max_tokens"] == 4
+    assert all(isinstance(t, int) for t in sent["prompt"][0] + sent["prompt"][1])  # token ids
+    assert "sk-test-123" not in json.dumps(engine.describe())
+
+
+def test_client_errors_from_a_scripted_server_are_one_line(monkeypatch):
     from cfbench.harness.errors import CfbenchError
 
-    client = OpenAIBackend(served, MODEL, retries=2)
-    client.backoff, calls = 0.01, []
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
 
-    def busy(request):
-        calls.append(request)
-        return httpx.Response(503 if len(calls) < 3 else 429)
-
-    client._client = httpx.Client(transport=httpx.MockTransport(busy))
-    with pytest.raises(CfbenchError, match=r"failed 3 times \(last: HTTP 429\)"):
-        client.generate(["hello"], 4, 4096, STOP)
-    assert len(calls) == 3
-    sent = json.loads(calls[0].content)
-    assert sent["temperature"] == 0 and sent["stop"] == list(STOP) and isinstance(sent["prompt"][0][0], int)
+    statuses = iter([503, 503, 429])
+    with openai_stub(lambda path, body: (next(statuses), {"error": {"message": "busy"}})) as (url, received):
+        with pytest.raises(CfbenchError, match=r"model server .* failed 3 times \(last: HTTP 429\)"):
+            OpenAIBackend(url, "stub-model", tokenizer=MODEL, retries=2).generate(["hello"], 4, 4096, STOP)
+    assert len(received) == 1 + 3  # the model list, then the request and its two retries (the SDK's)
+    assert received[1]["headers"]["authorization"] == "Bearer EMPTY"  # no key anywhere: a placeholder a local server ignores
+    with openai_stub(lambda path, body: (200, {"choices": [{"index": 1, "text": "x"}]})) as (url, _):
+        with pytest.raises(CfbenchError, match=r"unexpected form \(choice indexes \[1\] for 1 prompts\)"):
+            OpenAIBackend(url, "stub-model", tokenizer=MODEL).generate(["hello"], 4, 4096, STOP)
+    with openai_stub(lambda path, body: (401, {"error": {"message": "Incorrect API key provided"}})) as (url, _):
+        with pytest.raises(CfbenchError, match=r"refused the request: HTTP 401 Incorrect API key provided; check --api-key"):
+            OpenAIBackend(url, "stub-model", tokenizer=MODEL, api_key="sk-wrong").generate(["hello"], 4, 4096, STOP)

@@ -43,11 +43,14 @@ DEFAULTS = Knobs()
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True, help="openai: requests in flight.")
 @click.option("--request-size", type=click.IntRange(min=1), default=16, show_default=True, help="openai: prompts per request.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True, help="openai: seconds per request.")
-@click.option("--retries", type=click.IntRange(min=0), default=3, show_default=True, help="openai: retries of a failed request.")
+@click.option("--retries", type=click.IntRange(min=0), default=3, show_default=True,
+              help="openai: retries of a failed request (the openai SDK's, with exponential backoff).")
+@click.option("--api-key", default=None, help="openai: the server's key [default: $OPENAI_API_KEY; none for a local server].")
+@click.option("--organization", default=None, help="openai: OpenAI organization header [default: $OPENAI_ORG_ID].")
 @click.option("--seed", type=int, default=0, show_default=True)
 def eval_cmd(ckpt, suite, out, resume, retriever_spec, corpus, batch_size, topk, max_searches, max_new_tokens, max_obs_tokens,
              max_context_tokens, engine, device, dtype, threads, tensor_parallel_size, gpu_memory_utilization, max_model_len,
-             base_url, model, tokenizer, concurrency, request_size, timeout, retries, seed) -> None:
+             base_url, model, tokenizer, concurrency, request_size, timeout, retries, api_key, organization, seed) -> None:
     """Evaluate a checkpoint on a suite under protocol v1 and print Cover-EM tables."""
     from cfbench.harness.backends.choose import backend_for
     from cfbench.harness.evaluate import evaluate
@@ -61,7 +64,7 @@ def eval_cmd(ckpt, suite, out, resume, retriever_spec, corpus, batch_size, topk,
         retriever = retriever_for(retriever_spec, corpus)
         backend = backend_for(engine, ckpt=ckpt, device=device, dtype=dtype, threads=threads, base_url=base_url, model=model,
                               tokenizer=tokenizer, concurrency=concurrency, request_size=request_size, timeout=timeout,
-                              retries=retries, tensor_parallel_size=tensor_parallel_size,
+                              retries=retries, api_key=api_key, organization=organization, tensor_parallel_size=tensor_parallel_size,
                               gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, seed=seed)
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TextColumn("{task.fields[searches]} searches"), TextColumn("{task.fields[rate]}"),

@@ -3,26 +3,25 @@
 The client builds prompts and cuts contexts with the model's own tokenizer (harness.backends.tokens)
 and sends token ids, so the server decodes exactly the tokens an in-process engine would. Requests
 carry `request_size` prompts each, at most `concurrency` in flight; greedy (temperature 0), stop
-strings kept in the text (vLLM's `include_stop_str_in_output`; a server that strips them but
-reports `stop_reason` gets them put back).
+strings kept in the text (vLLM's `include_stop_str_in_output`, sent with the other vLLM fields through the
+SDK's `extra_body`; a server that strips them but reports `stop_reason` gets them put back). Requests go
+through the `openai` SDK (harness.openai_client): its key, retries and timeouts.
 """
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
-
-import httpx
 
 from cfbench.harness.backends.tokens import PromptTokens, TokenizedEngine
 from cfbench.harness.errors import CfbenchError
-from cfbench.harness.http_retry import post_with_retries
+from cfbench.harness.openai_client import make_client, one_line_errors
 from cfbench.harness.protocol import cut_at_stop
 
 
 class OpenAIBackend(TokenizedEngine):
     def __init__(self, base_url: str, model: str, tokenizer: str | None = None, *, concurrency: int = 4,
-                 request_size: int = 16, timeout: float = 600.0, retries: int = 3, backoff: float = 1.0) -> None:
+                 request_size: int = 16, timeout: float = 600.0, retries: int = 3, api_key: str | None = None,
+                 organization: str | None = None) -> None:
         if concurrency < 1 or request_size < 1:
             raise CfbenchError(f"--concurrency and --request-size must be at least 1, got {concurrency} and {request_size}")
         root = base_url.rstrip("/").removesuffix("/completions").removesuffix("/v1")
@@ -30,20 +29,18 @@ class OpenAIBackend(TokenizedEngine):
         self.model = model
         self.tokenizer_name = tokenizer or model
         self.concurrency, self.request_size = concurrency, request_size
-        self.timeout, self.retries, self.backoff = timeout, retries, backoff
-        self._client = httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=concurrency))
+        self.timeout, self.retries = timeout, retries
+        self._client = make_client(self.url, api_key=api_key, organization=organization, timeout=timeout, retries=retries)
         self.card = self._model_card()
         self.tokens = PromptTokens.load(self.tokenizer_name)
 
     def _model_card(self) -> dict:
         """The server's /v1/models entry for our model; an error names the models it does serve."""
-        try:
-            answer = self._client.get(self.url + "/models")
-            served = answer.json()["data"]
-        except httpx.HTTPError as err:
-            raise CfbenchError(f"model server {self.url} is not answering ({type(err).__name__}); start it (`cfbench serve-model`, `vllm serve`) or fix --base-url") from None
-        except (ValueError, KeyError, TypeError):
-            raise CfbenchError(f"{self.url}/models answered HTTP {answer.status_code} without a model list; is --base-url an OpenAI-compatible server?") from None
+        with one_line_errors("model server", self._client):
+            try:
+                served = [card.to_dict() for card in self._client.models.list().data]
+            except (AttributeError, TypeError, ValueError):
+                raise CfbenchError(f"{self.url}/models answered without a model list; is --base-url an OpenAI-compatible server?") from None
         for card in served:
             if card.get("id") == self.model:
                 return card
@@ -58,20 +55,17 @@ class OpenAIBackend(TokenizedEngine):
         return [text for texts in answers for text in texts]
 
     def _complete(self, chunk: list[list[int]], max_new_tokens: int, stop: tuple[str, ...]) -> list[str]:
-        body = {"model": self.model, "prompt": chunk, "max_tokens": max_new_tokens, "temperature": 0.0, "n": 1,
-                "include_stop_str_in_output": True, "skip_special_tokens": True}
-        if stop:
-            body["stop"] = list(stop)
-        url = self.url + "/completions"
-        answer = post_with_retries(self._client, url, json.dumps(body).encode(), retries=self.retries,
-                                   backoff=self.backoff, what="model server")
+        with one_line_errors("model server", self._client):
+            answer = self._client.completions.create(
+                model=self.model, prompt=chunk, max_tokens=max_new_tokens, temperature=0.0, n=1, **({"stop": list(stop)} if stop else {}),
+                extra_body={"include_stop_str_in_output": True, "skip_special_tokens": True})  # vLLM's fields
         try:
-            choices = sorted(answer.json()["choices"], key=lambda c: c["index"])
-            if [c["index"] for c in choices] != list(range(len(chunk))):
-                raise ValueError(f"choice indexes {[c['index'] for c in choices]} for {len(chunk)} prompts")
-            return [_with_stop(c["text"], c.get("stop_reason"), stop) for c in choices]
-        except (ValueError, KeyError, TypeError) as err:
-            raise CfbenchError(f"model server {url} answered in an unexpected form ({err})") from None
+            choices = sorted(answer.choices, key=lambda c: c.index)
+            if [c.index for c in choices] != list(range(len(chunk))):
+                raise ValueError(f"choice indexes {[c.index for c in choices]} for {len(chunk)} prompts")
+            return [_with_stop(c.text, getattr(c, "stop_reason", None), stop) for c in choices]
+        except (ValueError, AttributeError, TypeError) as err:
+            raise CfbenchError(f"model server {self.url}/completions answered in an unexpected form ({err})") from None
 
     def describe(self) -> dict:
         cfbench_card = self.card.get("cfbench") or {}

@@ -9,20 +9,31 @@ import click
 from cfbench.harness.cli_output import console, one_line_errors
 from cfbench.training.audit.replay import VARIANTS
 
-_JUDGE_HELP = "openai:MODEL@URL (an OpenAI-compatible server), hf:MODEL_OR_DIR (in process) or reference (gold answers in the corpus)."
+_JUDGE_HELP = ("openai:MODEL@URL (an OpenAI-compatible server), openai:MODEL (the hosted OpenAI API), hf:MODEL_OR_DIR (in process) "
+               "or reference (gold answers in the corpus).")
 _RUN = click.Path(exists=True, file_okay=False, path_type=Path)
+
+
+def _openai_judge_options(command):
+    """--api-key, --reasoning-effort and --max-output-tokens, the settings of an openai: judge, on `command`."""
+    command = click.option("--max-output-tokens", type=click.IntRange(min=1), default=None,
+                           help="openai: judge output-token budget, thinking included "
+                                "[default: 192 per reference, 8 per verdict].")(command)
+    command = click.option("--reasoning-effort", default=None,
+                           help="openai: judge reasoning effort for reasoning models (e.g. minimal, low, medium, high).")(command)
+    return click.option("--api-key", default=None, help="openai: judge key [default: $OPENAI_API_KEY; none for a local server].")(command)
 
 
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def _judge(spec: str, run: Path, out: Path):
+def _judge(spec: str, run: Path, out: Path, openai_settings: dict):
     from cfbench.training.audit.audit import CACHE_FILE, run_config
     from cfbench.training.audit.judge import judge_for
     from cfbench.training.selfevolve.run import corpus_path
 
-    return judge_for(spec, corpus_path(run_config(run)), out / CACHE_FILE)
+    return judge_for(spec, corpus_path(run_config(run)), out / CACHE_FILE, **openai_settings)
 
 
 @click.command("audit")
@@ -31,7 +42,8 @@ def _judge(spec: str, run: Path, out: Path):
 @click.option("--report", type=click.Path(path_type=Path), default=None,
               help="Directory for the tables, trajectory plot and cost report across RUNS [default, one run: its judged/JUDGE/].")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads for an hf judge (default: torch's).")
-def audit_cmd(runs, spec, report, threads) -> None:
+@_openai_judge_options
+def audit_cmd(runs, spec, report, threads, **openai_settings) -> None:
     """Judge self-evolution runs' saved steps: T_P, T_S, A, F, L per step and round, plots and costs.
 
     Each run's judgements go to RUN/judged/JUDGE/ (with the judge's cache: a rerun sends no request).
@@ -51,13 +63,13 @@ def audit_cmd(runs, spec, report, threads) -> None:
             raise CfbenchError(f"{len(runs)} runs need --report DIR for their side-by-side tables")
         records = []
         for run in runs:
-            out = run / "judged" / slug(spec)
-            judge = _judge(spec, run, out)
+            out = run / "judged" / slug(spec, openai_settings["reasoning_effort"])
+            judge = _judge(spec, run, out, openai_settings)
             record = audit_run(run, judge, out, on_step=lambda step: console.print(f"{run}: step {step} judged", highlight=False))
             console.print(f"{run}: {record['label']}, {len(record['steps'])} steps, judge requests {judge.needed} "
                           f"({judge.sent} sent, {judge.needed - judge.sent} from the cache) -> {out}", highlight=False)
             records.append(record)
-        report = report or runs[0] / "judged" / slug(spec)
+        report = report or runs[0] / "judged" / slug(spec, openai_settings["reasoning_effort"])
         write_report(records, list(runs), report)
         click.echo((report / "audit.md").read_text() + "\n" + (report / "cost.md").read_text())
         console.print(f"report: {report} (audit.md, audit.csv, steps.csv, trajectory.png, cost.md)", highlight=False)
@@ -72,7 +84,8 @@ def audit_cmd(runs, spec, report, threads) -> None:
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Replay directory (kept variants are not redone).")
 @click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True, help="Passes of the feedback solvers over their share of the bank.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads (default: torch's).")
-def replay_cmd(run, bank, variants, spec, out, epochs, threads) -> None:
+@_openai_judge_options
+def replay_cmd(run, bank, variants, spec, out, epochs, threads, **openai_settings) -> None:
     """Replay saved questions and labels, varying only the feedback solver's training provenance; report F per variant."""
     from cfbench.training.audit.replay import replay
 
@@ -81,7 +94,7 @@ def replay_cmd(run, bank, variants, spec, out, epochs, threads) -> None:
 
         torch.set_num_threads(threads)
     with one_line_errors("finished variants and judge answers are kept; rerun the same command to continue"):
-        judge = _judge(spec, run, out)
+        judge = _judge(spec, run, out, openai_settings)
         summary = replay(run, bank, list(dict.fromkeys(variants)), judge, out, epochs,
                          on_variant=lambda v, r: console.print(f"{v}: F {_num(r['F'])}  A {_num(r['A'])}  coverage {_num(r['coverage'])}",
                                                                highlight=False))

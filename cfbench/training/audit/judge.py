@@ -2,6 +2,7 @@
 
 `--judge` takes one of
     openai:MODEL@URL    an OpenAI-compatible chat endpoint (vLLM, `cfbench serve-model`), greedy
+    openai:MODEL        the hosted OpenAI API (key from --api-key or OPENAI_API_KEY)
     hf:MODEL_OR_DIR     a local checkpoint, bundled model or hub id, in process, greedy
     reference           gold answers from the run's corpus rows (`answers` or `golden_answers`)
 
@@ -24,7 +25,11 @@ labelled corpora built so that each source has one answer to ask about, and for 
 
 LLM calls are cached by their exact inputs (judge identity, prompt, token limit) in an append-only
 JSONL file, written after every batch of 16, so a rerun or a resumed audit sends only what is missing.
-The identity of an `openai:` judge is its model name: serve different weights under different names.
+The identity of an `openai:` judge is its model name (plus its reasoning effort and output-token budget when
+set): serve different weights under different names. `openai:` judges go through the `openai` SDK
+(harness.openai_client). A reasoning effort is sent as the API's `reasoning_effort` with no temperature (reasoning
+models take none); a max output tokens budget replaces the per-prompt limits, since a reasoning model spends
+its budget on thinking before the few answer tokens.
 Thinking blocks (`<think>...</think>`) are stripped before parsing, and the last tagged span counts.
 """
 
@@ -154,30 +159,33 @@ class JudgeCache:
         jsonl.append_jsonl(self.path, ({"key": k, "output": v} for k, v in entries.items()))
 
 
-class _HTTPChat:
-    """Greedy chat completions from an OpenAI-compatible server, `concurrency` requests in flight."""
+class _OpenAIChat:
+    """Chat completions through the `openai` SDK, `concurrency` requests in flight: greedy unless a reasoning effort is set."""
 
-    def __init__(self, model: str, url: str, concurrency: int = 4, timeout: float = 600.0, retries: int = 3) -> None:
-        import httpx
+    def __init__(self, model: str, url: str | None, *, api_key: str | None = None, reasoning_effort: str | None = None,
+                 max_output_tokens: int | None = None, concurrency: int = 4, timeout: float = 600.0, retries: int = 3) -> None:
+        from cfbench.harness.openai_client import make_client
 
-        self.model, self.url, self.concurrency, self.retries = model, url.rstrip("/").removesuffix("/v1") + "/v1", concurrency, retries
-        self._client = httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=concurrency))
+        self.model, self.concurrency, self.max_output_tokens = model, concurrency, max_output_tokens
+        self._client = make_client(url and url.rstrip("/").removesuffix("/v1") + "/v1", api_key=api_key, timeout=timeout, retries=retries)
+        self._knobs = {"reasoning_effort": reasoning_effort} if reasoning_effort else {"temperature": 0.0}
+        if url and not reasoning_effort:  # vLLM: no thinking block (one is stripped if it comes anyway); the hosted API refuses the field
+            self._knobs["extra_body"] = {"chat_template_kwargs": {"enable_thinking": False}}
 
     def ask(self, prompts: list[str], max_tokens: int) -> list[str]:
         with ThreadPoolExecutor(self.concurrency) as pool:
             return list(pool.map(lambda p: self._one(p, max_tokens), prompts))
 
     def _one(self, prompt: str, max_tokens: int) -> str:
-        from cfbench.harness.http_retry import post_with_retries
+        from cfbench.harness.openai_client import one_line_errors
 
-        body = {"model": self.model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0.0,
-                "chat_template_kwargs": {"enable_thinking": False}}  # vLLM: no thinking block (one is stripped if it comes anyway)
-        url = self.url + "/chat/completions"
-        answer = post_with_retries(self._client, url, json.dumps(body).encode(), retries=self.retries, backoff=1.0, what="judge server")
+        with one_line_errors("judge server", self._client):
+            answer = self._client.chat.completions.create(model=self.model, messages=[{"role": "user", "content": prompt}],
+                                                          max_completion_tokens=self.max_output_tokens or max_tokens, **self._knobs)
         try:
-            return answer.json()["choices"][0]["message"]["content"] or ""
-        except (ValueError, KeyError, IndexError, TypeError) as err:
-            raise CfbenchError(f"judge server {url} answered in an unexpected form ({err!r})") from None
+            return answer.choices[0].message.content or ""
+        except (AttributeError, IndexError, TypeError) as err:
+            raise CfbenchError(f"judge server {self._client.base_url} answered in an unexpected form ({err!r})") from None
 
 
 class _LocalChat:
@@ -271,26 +279,34 @@ class GoldJudge:
         return [_rule(ref.answer, c) or Verdict(any(matches(c, g) for g in self.golds[row["source_id"]]), "gold") for row, ref, c in items]
 
 
-def judge_for(spec: str, corpus: Path, cache: Path):
+def judge_for(spec: str, corpus: Path, cache: Path, *, api_key: str | None = None, reasoning_effort: str | None = None,
+              max_output_tokens: int | None = None):
     """The judge `--judge SPEC` names; LLM judges answer through `cache`."""
+    kind, _, rest = spec.partition(":")
+    if kind != "openai" and (api_key or reasoning_effort or max_output_tokens):
+        raise CfbenchError(f"--api-key, --reasoning-effort and --max-output-tokens are for openai: judges, not --judge {spec!r}")
     if spec == "reference":
         return GoldJudge(corpus)
-    kind, _, rest = spec.partition(":")
     if kind == "openai":
-        model, _, url = rest.rpartition("@")
-        if not model or not url.startswith(("http://", "https://")):
-            raise CfbenchError(f"--judge {spec!r}: write openai:MODEL@URL, e.g. openai:qwen@http://127.0.0.1:8001/v1")
-        return LLMJudge("openai", f"openai:{model}", _HTTPChat(model, url), JudgeCache(cache))
+        model, at, url = rest.rpartition("@") if "@" in rest else (rest, "", None)
+        if not model or (at and not url.startswith(("http://", "https://"))):
+            raise CfbenchError(f"--judge {spec!r}: write openai:MODEL@URL (e.g. openai:qwen@http://127.0.0.1:8001/v1) "
+                               "or openai:MODEL for the hosted OpenAI API")
+        identity = f"openai:{model}" + "".join(f"|{k}={v}" for k, v in [("reasoning_effort", reasoning_effort),
+                                                                        ("max_output_tokens", max_output_tokens)] if v)
+        chat = _OpenAIChat(model, url, api_key=api_key, reasoning_effort=reasoning_effort, max_output_tokens=max_output_tokens)
+        return LLMJudge("openai", identity, chat, JudgeCache(cache))
     if kind == "hf" and rest:
         from cfbench.harness.checkpoints import resolve
 
         weights = resolve(rest).weights_sha256
         return LLMJudge("hf", f"hf:{weights or rest}", _LocalChat(rest), JudgeCache(cache))
-    raise CfbenchError(f"unknown --judge {spec!r}; use openai:MODEL@URL, hf:MODEL_OR_DIR or reference")
+    raise CfbenchError(f"unknown --judge {spec!r}; use openai:MODEL@URL, openai:MODEL (hosted), hf:MODEL_OR_DIR or reference")
 
 
-def slug(spec: str) -> str:
-    """A directory name for a judge spec: the judge kind and model, URL left out."""
+def slug(spec: str, reasoning_effort: str | None = None) -> str:
+    """A directory name for a judge spec: the judge kind and model (and reasoning effort), URL left out."""
     kind, _, rest = spec.partition(":")
-    name = rest.rpartition("@")[0] if kind == "openai" else rest
+    name = rest.rpartition("@")[0] or rest if kind == "openai" else rest
+    name = f"{name}-{reasoning_effort}" if reasoning_effort else name
     return re.sub(r"-{2,}|[^A-Za-z0-9_.-]+", "-", f"{kind}-{name.strip('/')}" if name else kind).strip("-")
