@@ -186,3 +186,18 @@ def test_cache_survives_a_torn_last_line_and_refuses_damage_elsewhere(tmp_path):
 def test_judge_slugs():
     assert slug("openai:Qwen/Qwen3-8B@http://h:8000/v1") == "openai-Qwen-Qwen3-8B"
     assert slug("hf:/models/judge") == "hf-models-judge" and slug("reference") == "reference"
+
+
+def test_false_agreement_by_label_provenance(tmp_path):
+    """CASES with label provenance: paris (step 1) from a solver new to the source, everest (step 1) from one that had trained
+    on it, everest "K2" (step 2) a proposer draft; moon (step 3) is unresolved. Hand counts: F 0, 2/5 and 5/5."""
+    said = {"s1-t0": {"model": "main", "trained_on_this_source": False}, "s1-t1": {"model": "main", "trained_on_this_source": True},
+            "s2-t0": {"model": "proposer", "trained_on_this_source": True}}
+    cases = {step: [r | {"label_provenance": said.get(r["task_id"])} for r in rows] for step, rows in CASES.items()}
+    record = audit_run(make_run(tmp_path / "run", cases=cases), GoldJudge(tmp_path / "run" / "corpus.jsonl"), tmp_path / "judged")
+    assert [(g["label_from"], g["questions"], g["resolved_pairs"], g["F"], g["L"]) for g in record["labels"]] == [
+        ("solver trained on the source", 1, 5, 0.4, 0.4), ("solver not trained on the source", 1, 5, 0.0, 0.0),
+        ("proposer", 1, 5, 1.0, 0.0), ("unrecorded", 2, 0, None, None)]  # nile (no gold) and moon: no label provenance given
+    write_report([record], [tmp_path / "run"], tmp_path / "report")
+    assert "| dr-zero | solver trained on the source | 1 | 1 | 0.000 | 0.400 | 0.400 | 0.400 | 0.400 | 1.000 |" in (
+        tmp_path / "report" / "audit.md").read_text()

@@ -141,6 +141,9 @@ def test_same_source_feedback_happens_in_round_1_and_the_provenance_proves_it(tm
         assert r["scorer"] == f"aux-{r['fold']}" and (r["source_id"], r["fold"]) in trained_in_step_2
         assert r["fold"] in r["scorer_provenance"]["trained_on_folds"]
     assert not any(r["scorer_provenance"]["trained_on_this_source"] for r in rows if r["step"] < 3 and r["admitted"])
+    # the labels are the proposer's drafts; it trained on both sources in step 1, and every label says so from then on
+    assert [(r["step"], r["label_provenance"]) for r in rows if r["admitted"]] == [
+        (r["step"], {"model": "proposer", "trained_on_this_source": r["step"] > 1}) for r in rows if r["admitted"]]
 
 
 def test_a_cli_run_writes_the_shared_checkpoint_layout_and_eval_scores_it(tmp_path):

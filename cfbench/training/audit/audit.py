@@ -8,7 +8,9 @@ Per step, over resolved (label, response) pairs:
     F    the response matches the label and both are wrong (false-agreement mass)
     L    the response is correct and the label wrong (lost credit)
 and coverage = resolved pairs / pairs, also over the whole run per hop count (a 2-4-hop question is
-judged on its source and the passages the proposer retrieved; see judge.py). A response that matches the label shares the label's verdict
+judged on its source and the passages the proposer retrieved; see judge.py), and per label
+provenance: labels from a solver that had trained on the question's source (MSV's majority once
+sources recur), from a solver that had not, and the proposer's drafts. A response that matches the label shares the label's verdict
 (one answer, one verdict: F stays inside A). A pair is unresolved when its question's reference is
 unresolved or a verdict on it was unreadable. A round's value is the mean of its steps' rates (steps
 without a resolved pair have no rate and are left out). The audit only reads the run.
@@ -105,6 +107,7 @@ def judge_rows(rows: list[dict], judge) -> list[dict]:
                        "hops": r["hops"], "evidence": asked[i]["evidence"], "source": r["source"],
                        "question": r["draft_question"], "adopted_label": r["adopted_label"], "reference": ref.to_json(),
                        "scorer": r["scorer"], "scorer_provenance": r["scorer_provenance"],
+                       "label_provenance": r.get("label_provenance"),  # None: a run recorded before labels carried it
                        "label": None if label is None else {"correct": label.correct, "by": label.by}, "responses": responses})
     return judged
 
@@ -129,6 +132,23 @@ def rates(judged: list[dict]) -> dict:
 def by_hops(judged: list[dict]) -> list[dict]:
     """Rates and coverage per hop count over all judged questions of a run."""
     return [{"hops": n, **rates([q for q in judged if q["hops"] == n])} for n in sorted({q["hops"] for q in judged})]
+
+
+LABEL_FROM = ("solver trained on the source", "solver not trained on the source", "proposer", "unrecorded")
+
+
+def label_from(q: dict) -> str:
+    lp = q["label_provenance"]
+    if lp is None:
+        return "unrecorded"
+    if lp["model"] == "proposer":
+        return "proposer"
+    return LABEL_FROM[0] if lp["trained_on_this_source"] else LABEL_FROM[1]
+
+
+def by_label_provenance(judged: list[dict]) -> list[dict]:
+    """Rates (F above all) over each run's judged questions, split by where their label came from."""
+    return [{"label_from": g, **rates(mine)} for g in LABEL_FROM if (mine := [q for q in judged if label_from(q) == g])]
 
 
 def round_means(steps: list[dict]) -> list[dict]:
@@ -166,6 +186,6 @@ def audit_run(run: Path, judge, out: Path, on_step: Callable[[int], None] = lamb
     record = {"audit_version": AUDIT_VERSION, "run": str(run.resolve()), "treatment": config["treatment"],
               "label": treatment_label(config), "config": config, "judge": judge.describe(), "matcher": MATCHER,
               "judge_requests": {"needed": judge.needed, "sent": judge.sent}, "steps": steps, "rounds": round_means(steps),
-              "hops": by_hops(everything)}
+              "hops": by_hops(everything), "labels": by_label_provenance(everything)}
     write_atomic(out / "audit.json", dumps(record) + "\n")
     return record

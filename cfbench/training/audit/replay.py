@@ -121,7 +121,8 @@ def table(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def feedback(run: Path, config: dict, bank: list[dict], folds: dict[str, int], variant: str, epochs: int) -> tuple[list[dict], dict[str, int]]:
+def feedback(run: Path, config: dict, bank: list[dict], folds: dict[str, int], variant: str,
+             epochs: int) -> tuple[list[dict], dict[str, int]]:
     """Train the variant's feedback solvers on the bank, then score it: audit-style rows and updates per solver.
 
     `folds` are the run's source folds (folds.json); a source missing there gets the rule's fold.

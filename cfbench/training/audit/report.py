@@ -2,7 +2,8 @@
 
 Written to the report directory:
     audit.md / audit.csv     T_P, T_S, A, F, L and coverage per treatment and round (mean of step rates);
-                             audit.md also gives coverage and the rates per hop count over each run
+                             audit.md also gives coverage and the rates per hop count, and per label
+                             provenance (solver with / without same-source history, proposer), over each run
     steps.csv                the same per step
     trajectory.png           A, T_S, T_P and F across steps for every treatment side by side, round
                              boundaries dotted and round means as flat segments (the study's figure)
@@ -61,14 +62,25 @@ def rate_tables(records: list[dict]) -> tuple[str, str, str]:
         for row in r["steps"]:
             steps.append([name, row["step"], row["round"], row["phase"], row["questions"], row["pairs"], row["resolved_pairs"],
                           *(row[c] for c in _COLUMNS)])
-    md += ["", "steps: steps with at least one resolved pair / steps audited.", "", "## By hop count", "",
-           "Over each run's judged questions; a multi-hop question is judged on its source and the proposer's retrieved passages.", "",
-           "| treatment | hops | questions | resolved questions | " + " | ".join(_COLUMNS) + " |", "|---|---:|---:|---:|" + "---:|" * len(_COLUMNS)]
-    for name, r in zip(names, records):
-        md += [f"| {name} | {row['hops']} | {row['questions']} | {row['resolved_questions']} | " + " | ".join(_num(row[c]) for c in _COLUMNS) + " |"
-               for row in r["hops"]]
+    md += ["", "steps: steps with at least one resolved pair / steps audited."]
+    md += _breakdown(records, names, "hops", "hops", "By hop count", "Over each run's judged questions; a multi-hop question "
+                     "is judged on its source and the proposer's retrieved passages.")
+    md += _breakdown(records, names, "labels", "label_from", "By label provenance",
+                     "Over each run's judged questions, by the model whose answer became the label and whether it had trained "
+                     "on the question's source.")
     return ("\n".join(md) + "\n", _csv(["treatment", "round", "steps", "steps_with_pairs", *_COLUMNS], rounds),
             _csv(["treatment", "step", "round", "phase", "questions", "pairs", "resolved_pairs", *_COLUMNS], steps))
+
+
+def _breakdown(records: list[dict], names: list[str], key: str, by: str, title: str, note: str) -> list[str]:
+    """A markdown section of each record's rates split by `by` (record[key] holds one row per value)."""
+    md = ["", f"## {title}", "", note, "",
+          f"| treatment | {by.replace('_', ' ')} | questions | resolved questions | " + " | ".join(_COLUMNS) + " |",
+          "|---|---|---:|---:|" + "---:|" * len(_COLUMNS)]
+    for name, r in zip(names, records):
+        md += [f"| {name} | {row[by]} | {row['questions']} | {row['resolved_questions']} | "
+               + " | ".join(_num(row[c]) for c in _COLUMNS) + " |" for row in r[key]]
+    return md
 
 
 def plot_trajectory(records: list[dict], out: Path) -> None:

@@ -11,8 +11,9 @@ Controls (CrossFit treatments only):
     random-split  folds by question id rather than source id, so one source feeds both solvers
 `aux_budget: half` gives the auxiliary solvers every other solver update (half the budget).
 
-Provenance records, per solver, the folds and source ids it has trained on; every scored question
-carries its scorer's provenance at scoring time, so the audit can check the feedback path.
+Provenance records, per solver (and the proposer), the folds and source ids it has trained on; every
+scored question carries its scorer's provenance at scoring time, and its label the provenance of the
+model that produced it, so the audit can check the feedback path.
 """
 
 from __future__ import annotations

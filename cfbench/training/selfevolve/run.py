@@ -21,7 +21,9 @@ Run directory, beside the training core's config.json, metrics.jsonl, curves.png
                           groups and the fold of every source, decided when the run starts
     audit/step-N.jsonl    one row per task: source, the passages the proposer retrieved (evidence, in search
                           order), proposal, admission, adopted label, fold, scorer and its training
-                          provenance, the scorer's responses, k, proposer reward
+                          provenance, the label's provenance (the proposer's draft, or under MSV the
+                          main solver's majority, and whether that model had trained on the source),
+                          the scorer's responses, k, proposer reward
 """
 
 from __future__ import annotations
@@ -85,10 +87,11 @@ def self_evolve(config: dict, out: Path, start: int, resume: bool, accelerator, 
     roles = {name: learner(config, resume_from(out, start, ckpt, "" if name == "main" else name), accelerator)
              for name in ["main", "proposer", *solver_names[1:]]}
     check_space(accelerator, roles, out)
-    provenance = crossfit.Provenance(solver_names)
+    provenance = crossfit.Provenance([*solver_names, "proposer"])  # the proposer's too: it writes the labels of Dr. Zero and CrossFit
     if start:
         restore(accelerator, out / f"checkpoint-{start}")
-        provenance = crossfit.Provenance(solver_names, json.loads((out / f"checkpoint-{start}" / TRAIN_RECORD).read_text())["provenance"])
+        saved = json.loads((out / f"checkpoint-{start}" / TRAIN_RECORD).read_text())["provenance"]
+        provenance = crossfit.Provenance([*solver_names, "proposer"], saved)
     keep_rows_before(out / "metrics.jsonl", start)
     for stale in (out / "audit").glob("step-*.jsonl"):
         if int(stale.stem.split("-")[1]) > start:
@@ -150,6 +153,7 @@ class _Step:
         self.folds: dict[str, int] = {}
         self.scorers: dict[str, str] = {}
         self.scorer_provenance: dict[str, dict] = {}
+        self.label_provenance: dict[str, dict] = {}
         self.responses: dict[str, list[Trajectory]] = {}
         self.k: dict[str, int] = {}
         self.rewards: dict[str, float] = {}
@@ -176,6 +180,7 @@ class _Step:
                                                  "blind_majority": v.blind_majority},
                 "admitted": t.id in self.labels, "adopted_label": self.labels.get(t.id),
                 "scorer": self.scorers.get(t.id), "scorer_provenance": self.scorer_provenance.get(t.id),
+                "label_provenance": self.label_provenance.get(t.id),
                 "solver_responses": [{"prediction": r.prediction, "turns": r.turns} for r in self.responses.get(t.id, [])],
                 "k": self.k.get(t.id), "proposer_reward": self.rewards[t.id],
             })
@@ -225,7 +230,10 @@ class _Loop:
         else:
             s.labels.update((t.id, s.proposals[t.id].answer) for t in candidates)
         by_scorer: dict[str, list[Task]] = {}
+        labeller = "main" if c["msv"] else "proposer"  # MSV adopts the main solver's source-aware majority
         for t in s.admitted:
+            s.label_provenance[t.id] = {"model": labeller,
+                                        "trained_on_this_source": self.provenance.of(labeller, t.source_id)["trained_on_this_source"]}
             s.scorers[t.id] = crossfit.scorer(s.folds[t.id], c["crossfit"], c["control"])
             s.scorer_provenance[t.id] = self.provenance.of(s.scorers[t.id], t.source_id)
             by_scorer.setdefault(s.scorers[t.id], []).append(t)
@@ -270,6 +278,8 @@ class _Loop:
         if s.phase == "proposer":
             episodes = [encode_episode(self.tokens, s.drafts[t.id].prompt, s.drafts[t.id].turns, s.rewards[t.id], t.hops) for t in s.tasks]
             losses["proposer"] = step_role("proposer", episodes)  # groups = hop counts: the HRPO baseline
+            for t in s.tasks:
+                self.provenance.add("proposer", s.folds[t.id], t.source_id)
             return losses
         for name in crossfit.solvers(c["crossfit"], c["control"]):
             if name != "main" and not crossfit.aux_updates_now(c["aux_budget"], s.index):
