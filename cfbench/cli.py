@@ -11,6 +11,7 @@ import click
 from cfbench.harness.cli import COMMANDS as EVALUATION
 from cfbench.leaderboard.cli import compare_cmd, leaderboard
 from cfbench.training.audit.cli import audit_cmd, replay_cmd
+from cfbench.training.audit.review_cli import audit_group
 from cfbench.training.cli import train_cmd
 
 
@@ -20,7 +21,7 @@ def main() -> None:
     """cfbench: a reproducible benchmark and training harness for search agents."""
 
 
-for command in (*EVALUATION, leaderboard, compare_cmd, train_cmd, audit_cmd, replay_cmd):
+for command in (*EVALUATION, leaderboard, compare_cmd, train_cmd, audit_group(audit_cmd), replay_cmd):
     main.add_command(command)
 
 if __name__ == "__main__":

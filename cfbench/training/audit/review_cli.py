@@ -1,0 +1,68 @@
+"""`cfbench audit review` and `cfbench audit agreement`, beside `cfbench audit RUNS...` itself (training/audit/review.py)."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import click
+
+from cfbench.harness.cli_output import console, one_line_errors
+
+_RUN = click.Path(exists=True, file_okay=False, path_type=Path)
+
+
+class AuditGroup(click.Group):
+    """`cfbench audit RUNS... --judge SPEC` stays the audit; a first word naming a subcommand runs that instead.
+
+    Written here rather than with the click-default-group package: that is one more dependency for these few lines.
+    """
+
+    def __init__(self, default: click.Command, **kwargs) -> None:
+        help_text = (f"{inspect.cleandoc(default.help)}\n\nSubcommands review and agreement check the judge against a person; "
+                     f"the audit's own options: cfbench audit RUN --help.")
+        super().__init__(name=default.name, help=help_text, context_settings={"ignore_unknown_options": True}, **kwargs)
+        self.default = default
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        if args and args[0] in self.commands:
+            return super().resolve_command(ctx, args)
+        return self.default.name, self.default, args
+
+
+@click.command("review")
+@click.argument("run", type=_RUN)
+@click.option("--sample", "n", type=click.IntRange(min=1), required=True, help="Judged questions to review (all when fewer).")
+@click.option("--judge", "spec", default="reference", show_default=True, 
+              help="The judge whose verdicts to review (as given to cfbench audit).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="The page to write [default: RUN/judged/JUDGE/review.html].")
+def review_cmd(run, n, spec, seed, out) -> None:
+    """Write a static page (opens from disk) where a person marks the judge's verdicts on N sampled questions right or wrong."""
+    from cfbench.training.audit.judge import slug
+    from cfbench.training.audit.review import sample, write_page
+
+    with one_line_errors("nothing is kept; rerun the command"):
+        judged = run / "judged" / slug(spec)
+        items = sample(judged, n, seed)
+        out = out or judged / "review.html"
+        write_page(items, {"run": str(run.resolve()), "judge": spec, "sample": {"n": n, "seed": seed}}, out)
+        console.print(f"review: {out} ({len(items)} questions, {sum(len(q['verdicts']) for q in items)} verdicts to mark)", highlight=False)
+
+
+@click.command("agreement")
+@click.argument("marks", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def agreement_cmd(marks) -> None:
+    """Judge-human agreement and Cohen's kappa per verdict type, from a review page's exported marks."""
+    from cfbench.training.audit.review import agreement, table
+
+    with one_line_errors("nothing is kept; rerun the command"):
+        click.echo(table(agreement(marks)))
+
+
+def audit_group(audit_cmd: click.Command) -> click.Group:
+    group = AuditGroup(audit_cmd)
+    group.add_command(review_cmd)
+    group.add_command(agreement_cmd)
+    return group
