@@ -77,7 +77,7 @@ def audit_cmd(runs, spec, report, threads, **openai_settings) -> None:
 
 @click.command("replay")
 @click.argument("run", type=_RUN)
-@click.option("--bank", type=click.IntRange(min=1), required=True, help="Replay the run's first N admitted questions and labels.")
+@click.option("--bank", type=click.IntRange(min=1), required=True, help="Replay N questions and labels the run trained on, drawn round by round.")
 @click.option("--feedback", "variants", type=click.Choice(list(VARIANTS)), multiple=True, required=True,
               help="Feedback solver provenance; repeat for several.")
 @click.option("--judge", "spec", default="reference", show_default=True, help=_JUDGE_HELP)
