@@ -2,12 +2,14 @@
 
 A suite file is JSON lines in FlashRAG form: `id`, `question`, `golden_answers` (list of strings),
 optionally `benchmark` (default: the file's stem). Bundled rows also carry `source` and
-`evidence_ids`; cfbench reads only the fields it needs.
+`evidence_ids`; cfbench reads only the fields it needs. Training sets (cfbench.training.core.data)
+are read with the same rules, `checked_questions`, so a row valid in one is valid in the other.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +45,7 @@ def load_suite(name_or_path: str) -> Suite:
         entry = bundled[name_or_path]
         path = TASKS_DIR / entry["file"]
         data = jsonl.read_verified(path, entry["sha256"])
-        return Suite(name_or_path, path, entry["sha256"], _parse(path, data, default_benchmark=name_or_path))
+        return Suite(name_or_path, path, entry["sha256"], _parse(path, data, name_or_path))
     path = Path(name_or_path)
     if not path.exists():
         raise CfbenchError(
@@ -51,28 +53,42 @@ def load_suite(name_or_path: str) -> Suite:
         )
     data = jsonl.read_bytes(path)
     stem = path.name.split(".")[0]
-    return Suite(stem, path, jsonl.sha256(data), _parse(path, data, default_benchmark=stem))
+    return Suite(stem, path, jsonl.sha256(data), _parse(path, data, stem))
 
 
 def _parse(path: Path, data: bytes, default_benchmark: str) -> tuple[Question, ...]:
-    questions: list[Question] = []
-    seen: dict[str, int] = {}
-    for lineno, row in jsonl.iter_rows(path, data):
-        where = f"{path}:{lineno}"
+    rows = checked_questions(file_rows(path, data), "benchmark", default_benchmark, f"{path}: the suite")
+    return tuple(Question(*row) for row in rows)
+
+
+def file_rows(path: Path, data: bytes) -> Iterator[tuple[str, dict]]:
+    """(place, row) for checked_questions: place is `file:line`."""
+    return ((f"{path}:{lineno}", row) for lineno, row in jsonl.iter_rows(path, data))
+
+
+def checked_questions(rows: Iterable[tuple[str, dict]], group: str, default_group: str,
+                      what: str) -> list[tuple[str, str, str, tuple[str, ...]]]:
+    """(id, group, question, golden_answers) for each (place, row), in order; the one rule set for questions.
+
+    `group` is the field that names where a question comes from (a suite's `benchmark`, a training set's
+    `source`), defaulting to `default_group`. A blank answer is refused because it would match every
+    prediction after normalisation; an id must be unique because trajectories and resumes are keyed by it.
+    """
+    out: list[tuple[str, str, str, tuple[str, ...]]] = []
+    seen: dict[str, str] = {}
+    for where, row in rows:
         qid, question, answers = row.get("id"), row.get("question"), row.get("golden_answers")
-        if not isinstance(qid, str) or not qid:
-            raise CfbenchError(f"{where}: field 'id' must be a non-empty string, got {qid!r}")
-        if not isinstance(question, str) or not question.strip():
-            raise CfbenchError(f"{where}: field 'question' must be a non-empty string, got {question!r}")
-        if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
-            raise CfbenchError(f"{where}: field 'golden_answers' must be a non-empty list of strings, got {answers!r}")
+        source = row.get(group, default_group)
+        for field, value in (("id", qid), ("question", question), (group, source)):
+            if not isinstance(value, str) or not value.strip():
+                raise CfbenchError(f"{where}: field {field!r} must be a non-blank string, got {value!r}; fix or remove the row")
+        if not isinstance(answers, list) or not answers or not all(isinstance(a, str) and a.strip() for a in answers):
+            raise CfbenchError(f"{where}: field 'golden_answers' must be a non-empty list of non-blank strings, got {answers!r}; "
+                               "fix or remove the row")
         if qid in seen:
-            raise CfbenchError(f"{where}: duplicate id {qid!r} (first on line {seen[qid]})")
-        seen[qid] = lineno
-        benchmark = row.get("benchmark", default_benchmark)
-        if not isinstance(benchmark, str) or not benchmark:
-            raise CfbenchError(f"{where}: field 'benchmark' must be a non-empty string, got {benchmark!r}")
-        questions.append(Question(qid, benchmark, question, tuple(answers)))
-    if not questions:
-        raise CfbenchError(f"{path}: the suite has no questions")
-    return tuple(questions)
+            raise CfbenchError(f"{where}: duplicate id {qid!r} (first at {seen[qid]}); give each question its own id")
+        seen[qid] = where
+        out.append((qid, source, question, tuple(answers)))
+    if not out:
+        raise CfbenchError(f"{what} has no questions")
+    return out

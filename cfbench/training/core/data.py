@@ -17,6 +17,7 @@ from pathlib import Path
 from cfbench.harness import jsonl
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.paths import MANIFEST, TASKS_DIR
+from cfbench.harness.suite import checked_questions, file_rows
 
 HUB = "hub:"
 
@@ -52,29 +53,11 @@ def load_train_set(spec: str, sources: Sequence[str] | None = None) -> list[Trai
 
 
 def _from_file(path: Path, data: bytes) -> list[TrainQuestion]:
-    rows = ((f"{path}:{lineno}", row) for lineno, row in jsonl.iter_rows(path, data))
-    return _checked(rows, default_source=path.name.split(".")[0], name=str(path))
+    return _checked(file_rows(path, data), path.name.split(".")[0], str(path))
 
 
 def _checked(rows: Iterable[tuple[str, dict]], default_source: str, name: str) -> list[TrainQuestion]:
-    """Validated questions from (where, row) pairs; a bad field or a repeated id names its place."""
-    questions: list[TrainQuestion] = []
-    seen: dict[str, str] = {}
-    for where, row in rows:
-        qid, question, answers = row.get("id"), row.get("question"), row.get("golden_answers")
-        source = row.get("source", default_source)
-        for field, value in (("id", qid), ("question", question), ("source", source)):
-            if not isinstance(value, str) or not value.strip():
-                raise CfbenchError(f"{where}: field {field!r} must be a non-empty string, got {value!r}")
-        if not isinstance(answers, list) or not answers or not all(isinstance(a, str) and a.strip() for a in answers):
-            raise CfbenchError(f"{where}: field 'golden_answers' must be a non-empty list of non-blank strings, got {answers!r}")
-        if qid in seen:
-            raise CfbenchError(f"{where}: duplicate id {qid!r} (first at {seen[qid]})")
-        seen[qid] = where
-        questions.append(TrainQuestion(qid, source, question, tuple(answers)))
-    if not questions:
-        raise CfbenchError(f"{name}: the training set has no questions")
-    return questions
+    return [TrainQuestion(*row) for row in checked_questions(rows, "source", default_source, f"{name}: the training set")]
 
 
 def _select(questions: list[TrainQuestion], sources: Sequence[str] | None, spec: str) -> list[TrainQuestion]:
