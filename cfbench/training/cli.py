@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from cfbench.harness.cli_output import console, one_line_errors
+from cfbench.harness.cli_output import console, job_progress, one_line_errors
+from cfbench.harness.errors import CfbenchError
 from cfbench.training.selfevolve.crossfit import AUX_BUDGETS, CONTROLS
 
 
 @click.command("train")
-@click.option("--treatment", required=True, help="base, search-r1, dr-zero, msv, crossfit or msv-crossfit (training/treatments.py).")
-@click.option("--scale", default="cpu-smoke", show_default=True, help="cpu-smoke or paper.")
+@click.option("--treatment", required=True, help="base, search-r1, dr-zero, msv, crossfit, msv-crossfit or warm-start (training/treatments.py).")
+@click.option("--scale", default="cpu-smoke", show_default=True, help="cpu-smoke or paper; warm-start also cpu (the shipped adapter's recipe).")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Run directory: checkpoints, metrics, rollouts (unless --plan).")
 @click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --out.")
 @click.option("--steps", type=click.IntRange(min=0), default=None, help="Total steps [default: the config's]; may extend a resumed run.")
@@ -27,7 +29,9 @@ from cfbench.training.selfevolve.crossfit import AUX_BUDGETS, CONTROLS
 @click.option("--plan", "plan_only", is_flag=True, help="Print the run's per-GPU memory (training/plan.py); refuse one that cannot fit.")
 @click.option("--gpus", type=click.IntRange(min=1), default=8, show_default=True, help="--plan: GPUs the run would use.")
 @click.option("--gpu-memory", type=click.FloatRange(min=1), default=80, show_default=True, help="--plan: memory of one GPU in GB.")
-def train_cmd(treatment, scale, out, resume, steps, save_every, control, aux_budget, corpus, threads,
+@click.option("--export-adapter", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="warm-start: when training ends, copy the adapter and its manifest here (e.g. cfbench/models/smollm2-135m-search).")
+def train_cmd(treatment, scale, out, resume, steps, save_every, control, aux_budget, corpus, threads, export_adapter,
               plan_only, gpus, gpu_memory) -> None:
     """Train a treatment; every checkpoint-N is a model dir `cfbench eval --ckpt` scores unchanged."""
     import torch
@@ -47,19 +51,30 @@ def train_cmd(treatment, scale, out, resume, steps, save_every, control, aux_bud
             return click.echo("\n".join(plan(config, gpus, gpu_memory)))
         if out is None:
             raise click.UsageError("Missing option '--out'.")
+        if treatment == "warm-start":
+            return _warm_start(config, out, resume, export_adapter)
+        if export_adapter is not None:
+            raise CfbenchError(f"--export-adapter applies to --treatment warm-start, not {treatment!r}")
 
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("reward {task.fields[reward]}"),
-                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
-        with Progress(*columns, console=console, transient=True, disable=not PartialState().is_main_process) as progress:
-            task = progress.add_task(f"{treatment} {scale}", total=config["steps"], reward="")
-
+        with job_progress(f"{treatment} {scale}", "step", config["steps"], fields={"reward": ""}, transient=True,
+                          quiet=not PartialState().is_main_process) as progress:
             def on_step(row: dict) -> None:
-                progress.update(task, completed=row["step"], reward=f"{row.get('reward', row.get('proposer_reward')):.3f}")
-                progress.console.print(f"step {row['step']}/{config['steps']}  {_describe(row)}", highlight=False)
+                progress.update(completed=row["step"], reward=f"{row.get('reward', row.get('proposer_reward')):.3f}")
+                console.print(f"step {row['step']}/{config['steps']}  {_describe(row)}", highlight=False)
 
             last = train(config, out, resume=resume, on_step=on_step)
         if PartialState().is_main_process:
             console.print(f"checkpoint: {last}  (score it: cfbench eval --ckpt {last} --suite mini --out runs/NAME)")
+
+
+def _warm_start(config: dict, out: Path, resume: bool, export: Path | None) -> None:
+    from cfbench.training.warmstart import export_adapter, warm_start
+
+    adapter = warm_start(config, out, resume=resume, command=shlex.join(["cfbench", *sys.argv[1:]]))
+    console.print(f"adapter: {adapter}")
+    if export is not None:
+        export_adapter(adapter, export)
+        console.print(f"exported to {export}")
 
 
 def _describe(row: dict) -> str:

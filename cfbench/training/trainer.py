@@ -48,13 +48,13 @@ from cfbench.training.treatments import SELF_EVOLUTION
 RESUMABLE = {"steps", "save_every"}  # neither changes a step's result; every other knob must match
 
 
-def check_out(config: dict, out: Path, resume: bool) -> int:
-    """Check the run directory against the config, writing nothing; returns the step to start from."""
+def check_config(config: dict, out: Path, resume: bool) -> None:
+    """Check the run directory against the config, writing nothing: a new run needs an empty --out, a resumed one the same knobs."""
     saved = out / "config.json"
     if not resume:
         if out.exists() and any(out.iterdir()):
             raise CfbenchError(f"{out} already holds files; pass --resume to continue that run or choose a new --out")
-        return 0
+        return
     if not saved.is_file():
         raise CfbenchError(f"--resume: {out} holds no training run (no config.json); drop --resume to start one")
     old = json.loads(saved.read_text())
@@ -64,6 +64,13 @@ def check_out(config: dict, out: Path, resume: bool) -> int:
     if differing:
         key = differing[0]
         raise CfbenchError(f"--resume: knob {key} was {old.get(key)!r} in {saved}, now {config.get(key)!r}; resume with the run's own settings")
+
+
+def check_out(config: dict, out: Path, resume: bool) -> int:
+    """check_config, then the checkpoint a resume starts from (its step; 0 for a new run)."""
+    check_config(config, out, resume)
+    if not resume:
+        return 0
     done = checkpoints(out)
     if done and done[-1][0] and not (done[-1][1] / "state").is_dir():
         raise CfbenchError(f"--resume: {done[-1][1]} has no state/; resume needs the latest checkpoint as the run wrote it (move the run's later files back or start a new --out)")

@@ -1,5 +1,6 @@
 """The treatments the study compares, each with a config file per scale (training/configs/NAME.SCALE.json;
-the four self-evolution treatments share self-evolution.SCALE.json and differ by their msv/crossfit flags).
+the four self-evolution treatments share self-evolution.SCALE.json and differ by their msv/crossfit flags),
+and the warm start that makes the bundled `smollm2-135m-search` (training/warmstart.py).
 
 Every knob lives in the config file and is copied into each checkpoint, so a checkpoint says how it
 was made. `--steps` may extend a run and `--save-every` trade disk for resume points; the
@@ -26,11 +27,14 @@ TREATMENTS = {
     "msv": "Dr. Zero with MSV admission (source-aware and source-blind majorities must agree)",
     "crossfit": "Dr. Zero with fold-split auxiliary solvers scoring the other fold's questions",
     "msv-crossfit": "MSV admission and CrossFit scoring together",
+    "warm-start": "supervised fine-tuning (LoRA) on protocol-v1 trajectories synthesised from training data",
 }
 SELF_EVOLUTION = {"dr-zero": (False, False), "msv": (True, False), "crossfit": (False, True), "msv-crossfit": (True, True)}  # (msv, crossfit)
 
 _POSITIVE_INT = ("prompts_per_step", "samples_per_prompt", "micro_batch", "save_every")
 _NON_NEGATIVE = ("warmup_steps", "weight_decay", "max_grad_norm")
+_WARM_START_POSITIVE_INT = ("epochs", "batch_size", "grad_accumulation", "max_length", "save_every")
+LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
 
 
 def _family(treatment: str) -> str:
@@ -59,6 +63,8 @@ def load_config(treatment: str, scale: str, steps: int | None = None, save_every
                 config[key] = value
     elif (control, aux_budget, corpus) != (None, None, None):
         raise CfbenchError(f"--control, --aux-budget and --corpus apply to the self-evolution treatments ({', '.join(SELF_EVOLUTION)}), not {treatment!r}")
+    if steps is not None and treatment == "warm-start":
+        raise CfbenchError("--steps does not apply to warm-start: its length is the config's mix x epochs")
     if steps is not None:
         config["steps"] = steps
     if save_every is not None and treatment != "base":
@@ -72,6 +78,8 @@ def validate(config: dict, where: str) -> None:
     def bad(key: str, rule: str):
         return CfbenchError(f"{where}: knob {key} must be {rule}, got {config.get(key)!r}")
 
+    if config["treatment"] == "warm-start":
+        return _validate_warm_start(config, bad)
     if not isinstance(config.get("steps"), int) or config["steps"] < 0:
         raise bad("steps", "an integer >= 0")
     if config["treatment"] == "base":
@@ -79,13 +87,9 @@ def validate(config: dict, where: str) -> None:
     for key in _POSITIVE_INT:
         if not isinstance(config.get(key), int) or config[key] < 1:
             raise bad(key, "an integer >= 1")
-    for key in _NON_NEGATIVE:
-        if not isinstance(config.get(key), (int, float)) or config[key] < 0:
-            raise bad(key, "a number >= 0")
+    _check_optimiser(config, bad)
     if config["samples_per_prompt"] < 2:
         raise bad("samples_per_prompt", "at least 2 (GRPO needs a group to compare with)")
-    if not isinstance(config.get("learning_rate"), (int, float)) or not 0 < config["learning_rate"] < 1:
-        raise bad("learning_rate", "a number in (0, 1)")
     if not isinstance(config.get("temperature"), (int, float)) or not 0 < config["temperature"] <= 2:
         raise bad("temperature", "a number in (0, 2] (rollouts are sampled)")
     if config.get("reward", {}).get("kind") not in KINDS:
@@ -93,6 +97,38 @@ def validate(config: dict, where: str) -> None:
     Knobs(**config["knobs"])  # raises its own one-line error for an out-of-range budget
     if config["treatment"] in SELF_EVOLUTION:
         _validate_self_evolution(config, where, bad)
+
+
+def _check_optimiser(config: dict, bad) -> None:
+    for key in _NON_NEGATIVE:
+        if not isinstance(config.get(key), (int, float)) or config[key] < 0:
+            raise bad(key, "a number >= 0")
+    if not isinstance(config.get("learning_rate"), (int, float)) or not 0 < config["learning_rate"] < 1:
+        raise bad("learning_rate", "a number in (0, 1)")
+
+
+def _validate_warm_start(config: dict, bad) -> None:
+    for key in _WARM_START_POSITIVE_INT:
+        if not isinstance(config.get(key), int) or config[key] < 1:
+            raise bad(key, "an integer >= 1")
+    _check_optimiser(config, bad)
+    for key in ("model", "data"):
+        if not isinstance(config.get(key), str) or not config[key]:
+            raise bad(key, "a non-empty string")
+    mix = config.get("mix")
+    if not (isinstance(mix, dict) and mix and all(v == "all" or (isinstance(v, int) and v >= 0) for v in mix.values())):
+        raise bad("mix", 'a non-empty map of trajectory kind -> number of examples (an integer >= 0, or "all")')
+    if config.get("lr_scheduler") not in LR_SCHEDULERS:
+        raise bad("lr_scheduler", f"one of {', '.join(LR_SCHEDULERS)}")
+    for key in ("gradient_checkpointing", "bf16"):
+        if not isinstance(config.get(key), bool):
+            raise bad(key, "true or false")
+    lora = config.get("lora") or {}
+    if not (isinstance(lora.get("r"), int) and lora["r"] >= 1 and isinstance(lora.get("alpha"), (int, float)) and lora["alpha"] > 0
+            and isinstance(lora.get("dropout"), (int, float)) and 0 <= lora["dropout"] < 1
+            and isinstance(lora.get("target_modules"), list) and lora["target_modules"]
+            and all(isinstance(m, str) for m in lora["target_modules"])):
+        raise bad("lora", "{r: integer >= 1, alpha: number > 0, dropout: number in [0, 1), target_modules: non-empty list of module names}")
 
 
 def _validate_self_evolution(config: dict, where: str, bad) -> None:
