@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # GPU check of the engines: the mini suite through vLLM and through hf on one GPU, with no hub access.
+# (benchmarks/gpu_check.py checks hf rollouts + training steps on a GPU without the vLLM wheel.)
 #
 #   WHEELS=/path/to/wheelhouse bash benchmarks/gpu_check.sh
 #
@@ -8,7 +9,7 @@
 # and platform, then copy the folder over. The script
 #   1. installs cfbench with the vllm extra from WHEELS into a fresh venv under $WORK;
 #   2. builds a small random-initialised Llama and a BPE tokenizer trained on the bundled corpus
-#      (nothing is downloaded), saved as an HF checkpoint;
+#      (nothing is downloaded), saved as an HF checkpoint (benchmarks/gpu_check.py --build-model);
 #   3. runs `cfbench eval --suite mini` with --backend vllm and --backend hf (bf16, cuda);
 #   4. prints generated tokens/s per engine and how many predictions and trajectories agree.
 # It takes a few minutes on one H100/H200 (budget: under 8). A random model writes no tags, so
@@ -25,33 +26,7 @@ python3 -m venv "$WORK/venv"
 pip install -q --no-index --find-links "$WHEELS" -e ".[vllm]"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 
-python - "$WORK/model" <<'EOF'
-import json, sys
-import torch
-from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-from cfbench.harness.corpus import load_corpus
-
-out = sys.argv[1]
-texts = load_corpus().contents[:5000]
-bpe = Tokenizer(models.BPE(unk_token=None))
-bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-bpe.decoder = decoders.ByteLevel()
-specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-bpe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=8192, special_tokens=specials,
-                                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-tok.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-                     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-tok.save_pretrained(out)
-torch.manual_seed(0)
-config = LlamaConfig(vocab_size=len(tok), hidden_size=512, intermediate_size=1536, num_hidden_layers=6,
-                     num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=8192,
-                     initializer_range=0.2, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                     bos_token_id=tok.pad_token_id, tie_word_embeddings=True)
-LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(out)
-print(f"random model: {sum(p.numel() for p in LlamaForCausalLM(config).parameters()) / 1e6:.1f} M parameters, vocab {len(tok)}")
-EOF
+python benchmarks/gpu_check.py --build-model "$WORK/model"  # random Llama (hidden 256, 4 layers) + BPE tokenizer
 
 for engine in vllm hf; do
   extra=(); [ "$engine" = hf ] && extra=(--device cuda --batch-size 70)
