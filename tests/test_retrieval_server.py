@@ -60,6 +60,11 @@ def test_cfbench_client_sends_search_r1s_exact_bytes(server):
     (b'{"queries": "not a list"}', "queries"),
     (b'{"queries": ["x"', "bad request: body: Invalid JSON"),
     (b'{"queries": ["caf\xe9"]}', "bad request: body: Invalid JSON"),
+    (b'{"queries": ["x"], "topk": "3"}', "bad request: topk: Input should be a valid integer"),
+    (b'{"queries": ["x"], "topk": true}', "bad request: topk: Input should be a valid integer"),
+    (b'{"queries": ["x"], "return_scores": 1}', "bad request: return_scores: Input should be a valid boolean"),
+    (b'{"queries": ["x"], "top_k": 3}', "bad request: top_k: Extra inputs are not permitted"),
+    (json.dumps({"queries": ["x"] * 2731, "topk": 3}).encode(), "2731 queries x topk 3 = 8193 passages; the limit is 8192 per request"),
 ])
 def test_bad_requests_get_422_and_the_server_keeps_serving(server, body, reason):
     answer = requests.post(server + "/retrieve", data=body, headers={"Content-Type": "application/json"})
@@ -128,3 +133,90 @@ def test_a_server_answering_nothing_is_an_error_not_an_empty_result(server):
     client._client = httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(200, json={"result": [[]]})))
     with pytest.raises(CfbenchError, match="unexpected form \\(no passages for query 0\\)"):
         client.search(["x"], 3)
+
+
+@pytest.fixture(scope="module")
+def small_server(bundled_corpus):
+    args = ["retriever", "serve", "--index", str(default_index(bundled_corpus, "bm25")), "--max-results", "20", "--max-body-bytes", "2000"]
+    with cli_server(args) as url:
+        yield url
+
+
+def test_limits_are_reported_and_the_cli_defaults_are_the_servers(small_server):
+    from cfbench.harness.cli import retriever_serve
+    from cfbench.harness.retrieval_server import Limits
+
+    assert requests.get(small_server + "/health").json()["limits"] == {"max_results": 20, "max_body_bytes": 2000, "deadline_s": 60.0}
+    defaults = {p.name: p.default for p in retriever_serve.params}
+    assert Limits() == Limits(defaults["max_results"], defaults["max_body_bytes"], defaults["deadline"])
+
+
+def test_a_body_over_the_limit_is_413_whether_declared_or_streamed(small_server):
+    over = json.dumps({"queries": ["x" * 2100]}).encode()
+    answer = requests.post(small_server + "/retrieve", data=over, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 413 and answer.json()["detail"] == f"the body has {len(over)} bytes; the limit is 2000 (--max-body-bytes)"
+    streamed = requests.post(small_server + "/retrieve", data=iter([over[:1000], over[1000:]]))  # chunked: no Content-Length
+    assert streamed.status_code == 413 and "more than 2000 bytes" in streamed.json()["detail"]
+    assert requests.post(small_server + "/retrieve", json={"queries": ["x"] * 6, "topk": 3}).status_code == 200
+    assert requests.post(small_server + "/retrieve", json={"queries": ["x"] * 7, "topk": 3}).status_code == 422
+
+
+def test_a_declared_huge_body_is_refused_without_being_sent(small_server):
+    import socket
+    from urllib.parse import urlsplit
+
+    where = urlsplit(small_server)
+    with socket.create_connection((where.hostname, where.port), timeout=10) as s:
+        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200000000\r\n\r\n{\"qu")
+        head = s.recv(65536).decode()  # answered with only 4 of the 200 MB sent
+    assert head.startswith("HTTP/1.1 413") and "the body has 200000000 bytes; the limit is 2000" in head
+
+
+class Gated:
+    """A retriever whose searches wait for the test's go-ahead, recording each batch it is asked for."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.calls: list[list[str]] = []
+        self.started = threading.Semaphore(0)
+        self.go = threading.Semaphore(0)
+
+    def search(self, queries, k):
+        self.calls.append(queries)
+        self.started.release()
+        self.go.acquire()
+        return [[] for _ in queries]
+
+    def describe(self):
+        return {"kind": "gated"}
+
+
+def test_a_small_search_takes_its_turn_between_the_chunks_of_a_big_one():
+    from cfbench.harness.round_robin import RoundRobinSearcher
+
+    gated = Gated()
+    searcher = RoundRobinSearcher(gated, chunk=4)
+    big = searcher.submit([f"big {i}" for i in range(12)], 3)
+    gated.started.acquire()  # the big request's first chunk is running
+    small = searcher.submit(["small"], 3)
+    for _ in range(4):
+        gated.go.release()
+    assert small.result(timeout=10) == [[]] and big.result(timeout=10) == [[]] * 12
+    assert gated.calls == [[f"big {i}" for i in range(4)], ["small"], [f"big {i}" for i in range(4, 8)], [f"big {i}" for i in range(8, 12)]]
+
+
+def test_a_search_past_its_deadline_is_503_and_its_remaining_chunks_are_dropped():
+    from fastapi.testclient import TestClient
+
+    from cfbench.harness.retrieval_server import Limits, make_app
+
+    gated = Gated()
+    with TestClient(make_app(gated, limits=Limits(deadline_s=0.2))) as client:
+        answer = client.post("/retrieve", json={"queries": [f"q{i}" for i in range(40)]})  # three chunks of 16
+        assert answer.status_code == 503
+        assert answer.json()["detail"].startswith("the search did not finish within the 0.2 s deadline (--deadline)")
+        gated.go.release()  # let the first chunk finish: the cancelled request must not get a second one
+        gated.go.release()
+        assert client.post("/retrieve", json={"queries": ["after"], "topk": 3}).json() == {"result": [[]]}
+    assert gated.calls == [[f"q{i}" for i in range(16)], ["after"]]

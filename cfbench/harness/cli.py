@@ -122,16 +122,24 @@ def retriever() -> None:
 @click.option("--corpus", type=click.Path(path_type=Path), default=None, help="The corpus [default: the one in the manifest].")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
-def retriever_serve(index_dir, corpus, host, port) -> None:
+@click.option("--max-results", type=click.IntRange(min=1), default=8192, show_default=True,
+              help="Most passages one request may ask for (queries x topk); more is a 422.")
+@click.option("--max-body-bytes", type=click.IntRange(min=1), default=1 << 20, show_default=True,
+              help="Largest request body; more is a 413, refused before it is read whole.")
+@click.option("--deadline", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+              help="Seconds a request may take, queueing included; past it, a 503.")
+@click.option("--max-connections", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Open connections at once; past it, a 503.")
+def retriever_serve(index_dir, corpus, host, port, max_results, max_body_bytes, deadline, max_connections) -> None:
     """Answer Search-R1's POST /retrieve (and GET /health) from an index."""
     from cfbench.harness.corpus import load_corpus
+    from cfbench.harness.retrieval_server import Limits, serve
     from cfbench.harness.retrievers.index import open_index
-    from cfbench.harness.retrieval_server import serve
 
     with one_line_errors():
         retriever_ = open_index(index_dir, load_corpus(corpus) if corpus else None)
         console.print(f"serving {index_dir} on http://{host}:{port}/retrieve")
-    serve(retriever_, host, port)
+    serve(retriever_, host, port, Limits(max_results, max_body_bytes, deadline), max_connections)
 
 
 @click.command("serve-model")
