@@ -6,9 +6,8 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from cfbench.harness.cli_output import one_line_errors, console
+from cfbench.harness.cli_output import console, job_progress, one_line_errors
 from cfbench.harness.protocol import Knobs
 
 DEFAULTS = Knobs()
@@ -66,25 +65,12 @@ def eval_cmd(ckpt, suite, out, resume, retriever_spec, corpus, batch_size, topk,
                               tokenizer=tokenizer, concurrency=concurrency, request_size=request_size, timeout=timeout,
                               retries=retries, api_key=api_key, organization=organization, tensor_parallel_size=tensor_parallel_size,
                               gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, seed=seed)
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TextColumn("{task.fields[searches]} searches"), TextColumn("{task.fields[rate]}"),
-                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
-        with Progress(*columns, console=console) as progress:
-            task = progress.add_task(f"{the_suite.name}", total=None, searches=0, rate="")
-
-            def on_start(total: int, done: int) -> None:
-                progress.update(task, total=total, completed=done)
-
-            def on_questions(n: int) -> None:
-                progress.advance(task, n)
-                speed = progress.tasks[task].speed
-                progress.update(task, rate=f"{speed:.2f} q/s" if speed else "")
-
+        with job_progress(the_suite.name, "q", fields={"searches": 0}) as progress:
             def on_searches(n: int) -> None:
-                progress.update(task, searches=progress.tasks[task].fields["searches"] + n)
+                progress.update(searches=progress.fields["searches"] + n)
 
-            results = evaluate(the_suite, backend, retriever, knobs, out, batch_size=batch_size, seed=seed,
-                               resume=resume, on_start=on_start, on_questions=on_questions, on_searches=on_searches)
+            results = evaluate(the_suite, backend, retriever, knobs, out, batch_size=batch_size, seed=seed, resume=resume,
+                               on_start=progress.start, on_questions=lambda n: progress.update(advance=n), on_searches=on_searches)
         Console().print(results_table(results))
         console.print(f"run record: {out}")
 

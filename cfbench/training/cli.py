@@ -7,9 +7,8 @@ import sys
 from pathlib import Path
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from cfbench.harness.cli_output import console, one_line_errors
+from cfbench.harness.cli_output import console, job_progress, one_line_errors
 from cfbench.harness.errors import CfbenchError
 from cfbench.training.selfevolve.crossfit import AUX_BUDGETS, CONTROLS
 
@@ -57,14 +56,11 @@ def train_cmd(treatment, scale, out, resume, steps, save_every, control, aux_bud
         if export_adapter is not None:
             raise CfbenchError(f"--export-adapter applies to --treatment warm-start, not {treatment!r}")
 
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("reward {task.fields[reward]}"),
-                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
-        with Progress(*columns, console=console, transient=True, disable=not PartialState().is_main_process) as progress:
-            task = progress.add_task(f"{treatment} {scale}", total=config["steps"], reward="")
-
+        with job_progress(f"{treatment} {scale}", "step", config["steps"], fields={"reward": ""}, transient=True,
+                          quiet=not PartialState().is_main_process) as progress:
             def on_step(row: dict) -> None:
-                progress.update(task, completed=row["step"], reward=f"{row.get('reward', row.get('proposer_reward')):.3f}")
-                progress.console.print(f"step {row['step']}/{config['steps']}  {_describe(row)}", highlight=False)
+                progress.update(completed=row["step"], reward=f"{row.get('reward', row.get('proposer_reward')):.3f}")
+                console.print(f"step {row['step']}/{config['steps']}  {_describe(row)}", highlight=False)
 
             last = train(config, out, resume=resume, on_step=on_step)
         if PartialState().is_main_process:

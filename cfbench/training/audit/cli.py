@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from cfbench.harness.cli_output import console, one_line_errors
+from cfbench.harness.cli_output import console, job_progress, one_line_errors
 from cfbench.training.audit.replay import VARIANTS
 
 _JUDGE_HELP = ("openai:MODEL@URL (an OpenAI-compatible server), openai:MODEL (the hosted OpenAI API), hf:MODEL_OR_DIR (in process) "
@@ -48,7 +48,7 @@ def audit_cmd(runs, spec, report, threads, **openai_settings) -> None:
 
     Each run's judgements go to RUN/judged/JUDGE/ (with the judge's cache: a rerun sends no request).
     """
-    from cfbench.training.audit.audit import audit_run
+    from cfbench.training.audit.audit import audit_run, saved_steps
     from cfbench.training.audit.report import write_report
     from cfbench.training.audit.judge import slug
 
@@ -65,7 +65,9 @@ def audit_cmd(runs, spec, report, threads, **openai_settings) -> None:
         for run in runs:
             out = run / "judged" / slug(spec, openai_settings["reasoning_effort"])
             judge = _judge(spec, run, out, openai_settings)
-            record = audit_run(run, judge, out, on_step=lambda step: console.print(f"{run}: step {step} judged", highlight=False))
+            with job_progress(f"{run}: judged", "step", fields={"last": ""}) as progress:
+                progress.start(len(saved_steps(run)), 0)
+                record = audit_run(run, judge, out, on_step=lambda step: progress.update(advance=1, last=step))
             console.print(f"{run}: {record['label']}, {len(record['steps'])} steps, judge requests {judge.needed} "
                           f"({judge.sent} sent, {judge.needed - judge.sent} from the cache) -> {out}", highlight=False)
             records.append(record)
