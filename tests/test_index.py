@@ -78,10 +78,10 @@ def test_shipped_embeddings_match_a_fresh_encoding(bundled_corpus):
 
 def test_result_cache_answers_reruns(tmp_path, monkeypatch, bm25):
     monkeypatch.setenv("CFBENCH_CACHE", str(tmp_path))
-    cached = CachedRetriever(bm25, bm25.index_hash)
+    cached = CachedRetriever(bm25, ("index", bm25.index_hash))
     first = cached.search(["who wrote hamlet", "capital of peru", "who wrote hamlet"], 3)
     assert (cached.hits, cached.misses) == (1, 2)
-    again = CachedRetriever(bm25, bm25.index_hash)
+    again = CachedRetriever(bm25, ("index", bm25.index_hash))
     assert again.search(["capital of peru", "who wrote hamlet"], 3) == [first[1], first[0]]
     assert (again.hits, again.misses) == (2, 0)
     assert again.search(["capital of peru"], 2) == [first[1][:2]] and again.misses == 1  # k is part of the key
@@ -105,6 +105,7 @@ def test_index_build_cli(tmp_path):
     assert not (tmp_path / "iy").exists() and not (tmp_path / "iz").exists()
 
 
+@pytest.mark.slow
 def test_hnsw_finds_what_flat_search_finds(tmp_path, monkeypatch, bundled_corpus):
     rows = [{"id": pid, "contents": text} for pid, text in list(zip(bundled_corpus.ids, bundled_corpus.contents))[:300]]
     corpus = load_corpus(write(tmp_path / "c.jsonl", rows))

@@ -13,6 +13,7 @@ from cfbench.harness.retrievers.http import HTTPRetriever
 from cfbench.harness.retrievers.index import default_index
 from cfbench.harness.suite import load_suite
 from scripted import ScriptedBackend, question_of
+from search_r1_server import search_r1_server
 from servers import cli_server, free_port
 
 
@@ -220,3 +221,28 @@ def test_a_search_past_its_deadline_is_503_and_its_remaining_chunks_are_dropped(
         gated.go.release()
         assert client.post("/retrieve", json={"queries": ["after"], "topk": 3}).json() == {"result": [[]]}
     assert gated.calls == [[f"q{i}" for i in range(16)], ["after"]]
+
+
+def test_a_server_claiming_the_local_index_hash_cannot_poison_local_lookups(tmp_path, monkeypatch, bm25, bundled_corpus):
+    from cfbench.harness.retrievers.choose import retriever_for
+
+    index = default_index(bundled_corpus, "bm25")
+    monkeypatch.setenv("CFBENCH_CACHE", str(tmp_path))  # a fresh result cache
+    query = "who got the first nobel prize in physics"
+    fake = {"id": bm25.search([query], 1)[0][0].id, "contents": '"Forged"\nthe server made this up'}
+    claim = {"status": "ok", "retriever": {"kind": "bm25", "index_sha256": bm25.index_hash}}
+    with search_r1_server(lambda q, k: [(fake, 99.0)] * k, health=claim) as url:
+        remote = retriever_for(url)
+        assert remote.search([query], 3)[0][0].contents == fake["contents"]
+        assert remote.describe()["index_sha256"] == bm25.index_hash  # recorded as the server reports it
+    local = retriever_for(str(index))
+    assert local.search([query], 3) == bm25.search([query], 3)
+    assert local.misses == 1
+    (index_copy := tmp_path / "ix").mkdir()  # a manifest edited to claim another index's hash is refused
+    for part in index.iterdir():
+        (index_copy / part.name).symlink_to(part)
+    manifest = json.loads((index / "manifest.json").read_text())
+    (index_copy / "manifest.json").unlink()
+    (index_copy / "manifest.json").write_text(json.dumps({**manifest, "index_sha256": "0" * 64}))
+    with pytest.raises(CfbenchError, match="index_sha256 0000000000000000 is not the hash of its kind, corpus and parameters"):
+        retriever_for(str(index_copy))

@@ -1,4 +1,9 @@
-"""A result cache keyed by (index hash, query, k): reruns over the same index skip retrieval."""
+"""A result cache keyed by (source, query, k): reruns over the same index skip retrieval.
+
+The source is ("index", hash) for a local index, its hash computed here from the corpus and the
+parameters, and ("server", url, reported hash) for a retrieval server: a server's /health is its
+own claim, so its answers are kept apart per server and never stand in for a local index's.
+"""
 
 from __future__ import annotations
 
@@ -11,16 +16,16 @@ from cfbench.harness.retrievers import Hit, Retriever
 
 
 class CachedRetriever:
-    def __init__(self, inner: Retriever, index_hash: str) -> None:
+    def __init__(self, inner: Retriever, source: tuple[str, ...]) -> None:
         self.inner = inner
-        self.index_hash = index_hash
+        self.source = source
         self.hits = self.misses = 0
         self._db = sqlite3.connect(cache_dir("retrieval") / "results.sqlite", isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, hits TEXT NOT NULL)")
 
     def _key(self, query: str, k: int) -> str:
-        return hashlib.sha256(json.dumps([self.index_hash, query, k]).encode()).hexdigest()
+        return hashlib.sha256(json.dumps([*self.source, query, k]).encode()).hexdigest()
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
         keys = [self._key(q, k) for q in queries]

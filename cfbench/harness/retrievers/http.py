@@ -27,7 +27,8 @@ class HTTPRetriever:
         self.health = self._health()
 
     def _health(self) -> dict:
-        """The server's /health (cfbench servers report their index there); {} if it has none."""
+        """The server's /health (cfbench servers report their index there); {} if it has none. Only the server's
+        claim: it is recorded as such, and the result cache keys it with the server's URL (cache.py)."""
         try:
             answer = self._client.get(self.base + "/health")
         except httpx.HTTPError as err:
