@@ -1,4 +1,4 @@
-"""Self-evolution for real: BM25 over the bundled corpus, accelerate on CPU, solvers that sample, train and resume.
+"""Self-evolution for real: BM25 over the training-source corpus, accelerate on CPU, solvers that sample, train and resume.
 
 SmolLM2-135M writes no well-formed `<question>`/`<answer>` proposal (measured: format 0 over whole
 cpu-smoke runs), so nothing would be admitted and no solver would ever score or train. The tests
@@ -21,6 +21,8 @@ from cfbench.training.core.answers import matches
 from cfbench.training.selfevolve.sources import FOLDS_FILE, fold_of
 from cfbench.training.treatments import load_config
 from cfbench.training.trainer import train
+
+pytestmark = pytest.mark.slow  # Every test here trains a self-evolution run or loads SmolLM2.
 
 
 class ScriptedProposer:
@@ -186,12 +188,13 @@ def test_msv_answers_every_candidate_6_times_and_admits_by_its_majorities(tmp_pa
 def test_audit_and_cost_of_the_crossfit_run(crossfit_run, tmp_path):
     """The audit reads what a training run wrote. Gold per source: its title, which the scripted proposals ask for."""
     from cfbench.harness.corpus import load_corpus
+    from cfbench.harness.paths import TRAIN_SOURCES
     from cfbench.training.audit.audit import audit_run
     from cfbench.training.audit.report import run_cost
     from cfbench.training.audit.judge import GoldJudge
 
     rows = audit(crossfit_run)
-    corpus = load_corpus()
+    corpus = load_corpus(TRAIN_SOURCES)
     titled = {r["source_id"]: r["source"].partition("\n")[0].strip('"') for r in rows}
     labelled = tmp_path / "labelled.jsonl"
     labelled.write_text("".join(json.dumps({"id": i, "contents": c, "answers": [titled[i]]}) + "\n"

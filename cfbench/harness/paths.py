@@ -8,7 +8,8 @@ from pathlib import Path
 from cfbench import tasks
 
 TASKS_DIR = Path(tasks.__file__).resolve().parent
-BUNDLED_CORPUS = TASKS_DIR / "corpus" / "bundled.jsonl.gz"
+BUNDLED_CORPUS = TASKS_DIR / "corpus" / "bundled.jsonl.gz"  # the evaluation corpus
+TRAIN_SOURCES = TASKS_DIR / "corpus" / "train-sources.jsonl.gz"  # training splits only: self-evolution sources
 MANIFEST = TASKS_DIR / "manifest.json"
 
 

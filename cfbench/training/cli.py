@@ -24,14 +24,15 @@ from cfbench.training.selfevolve.crossfit import AUX_BUDGETS, CONTROLS
               help="CrossFit control: who scores a question [default: the config's, none].")
 @click.option("--aux-budget", type=click.Choice(AUX_BUDGETS), default=None, help="CrossFit auxiliary update budget [default: full].")
 @click.option("--corpus", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Self-evolution source passages as jsonl(.gz) [default: the bundled corpus].")
+              help="Self-evolution source passages as jsonl(.gz) [default: the config's, train-sources].")
+@click.option("--allow-eval-corpus", is_flag=True, help="Self-evolution: accept the evaluation corpus as sources (a deliberate leak).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads (default: torch's).")
 @click.option("--plan", "plan_only", is_flag=True, help="Print the run's per-GPU memory (training/plan.py); refuse one that cannot fit.")
 @click.option("--gpus", type=click.IntRange(min=1), default=8, show_default=True, help="--plan: GPUs the run would use.")
 @click.option("--gpu-memory", type=click.FloatRange(min=1), default=80, show_default=True, help="--plan: memory of one GPU in GB.")
 @click.option("--export-adapter", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="warm-start: when training ends, copy the adapter and its manifest here (e.g. cfbench/models/smollm2-135m-search).")
-def train_cmd(treatment, scale, out, resume, steps, save_every, control, aux_budget, corpus, threads, export_adapter,
+def train_cmd(treatment, scale, out, resume, steps, save_every, control, aux_budget, corpus, allow_eval_corpus, threads, export_adapter,
               plan_only, gpus, gpu_memory) -> None:
     """Train a treatment; every checkpoint-N is a model dir `cfbench eval --ckpt` scores unchanged."""
     import torch
@@ -44,7 +45,7 @@ def train_cmd(treatment, scale, out, resume, steps, save_every, control, aux_bud
         torch.set_num_threads(threads)
     with one_line_errors():
         config = load_config(treatment, scale, steps, save_every, control=control, aux_budget=aux_budget,
-                             corpus=None if corpus is None else str(corpus.resolve()))
+                             corpus=None if corpus is None else str(corpus.resolve()), allow_eval_corpus=allow_eval_corpus)
         if plan_only:
             from cfbench.training.plan import plan
 

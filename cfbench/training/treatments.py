@@ -17,6 +17,7 @@ from cfbench.harness.errors import CfbenchError
 from cfbench.harness.protocol import Knobs
 from cfbench.training.selfevolve.crossfit import AUX_BUDGETS, CONTROLS
 from cfbench.training.selfevolve.proposer import FORMATS
+from cfbench.training.selfevolve.sources import refuse_eval_corpus
 from cfbench.training.core.rewards import KINDS
 
 CONFIGS = Path(__file__).parent / "configs"
@@ -47,7 +48,8 @@ def scales(treatment: str) -> list[str]:
 
 
 def load_config(treatment: str, scale: str, steps: int | None = None, save_every: int | None = None, *,
-                control: str | None = None, aux_budget: str | None = None, corpus: str | None = None) -> dict:
+                control: str | None = None, aux_budget: str | None = None, corpus: str | None = None,
+                allow_eval_corpus: bool = False) -> dict:
     if treatment not in TREATMENTS:
         raise CfbenchError(f"unknown treatment {treatment!r}: choose one of {', '.join(TREATMENTS)}")
     path = CONFIGS / f"{_family(treatment)}.{scale}.json"
@@ -61,8 +63,10 @@ def load_config(treatment: str, scale: str, steps: int | None = None, save_every
         for key, value in (("control", control), ("aux_budget", aux_budget), ("corpus", corpus)):
             if value is not None:
                 config[key] = value
-    elif (control, aux_budget, corpus) != (None, None, None):
-        raise CfbenchError(f"--control, --aux-budget and --corpus apply to the self-evolution treatments ({', '.join(SELF_EVOLUTION)}), not {treatment!r}")
+        if allow_eval_corpus:
+            config["allow_eval_corpus"] = True  # absent (not false) otherwise, so runs made before the flag still resume
+    elif (control, aux_budget, corpus, allow_eval_corpus) != (None, None, None, False):
+        raise CfbenchError(f"--control, --aux-budget, --corpus and --allow-eval-corpus apply to the self-evolution treatments ({', '.join(SELF_EVOLUTION)}), not {treatment!r}")
     if steps is not None and treatment == "warm-start":
         raise CfbenchError("--steps does not apply to warm-start: its length is the config's mix x epochs")
     if steps is not None:
@@ -70,6 +74,8 @@ def load_config(treatment: str, scale: str, steps: int | None = None, save_every
     if save_every is not None and treatment != "base":
         config["save_every"] = save_every
     validate(config, str(path))
+    if treatment in SELF_EVOLUTION:
+        refuse_eval_corpus(config)
     return config
 
 

@@ -246,28 +246,48 @@ def _rule(reference: str, candidate: str) -> Verdict | None:
 
 
 class GoldJudge:
-    """The `reference` judge: gold answers attached to the run's corpus rows."""
+    """The `reference` judge: gold answers attached to the run's corpus rows.
+
+    A row's `answers` (or `golden_answers`) answer whatever is asked about it. A row with `qa` (the
+    training-source corpus: every gold question asked about the passage) answers a proposed question
+    only through the gold question most like it: normalised word-set Jaccard >= QA_MATCH, else the
+    pair stays unresolved, since a passage's other answers say nothing about this question."""
+
+    QA_MATCH = 0.5
 
     def __init__(self, corpus: Path) -> None:
         self.corpus = corpus
         self.golds: dict[str, list[str]] = {}
+        self.qa: dict[str, list[tuple[set[str], list[str]]]] = {}
         for _, row in jsonl.iter_rows(corpus, jsonl.read_bytes(corpus)):
             answers = row.get("answers", row.get("golden_answers"))
             if answers:
                 self.golds[str(row["id"])] = [answers] if isinstance(answers, str) else [str(a) for a in answers]
+            elif row.get("qa"):
+                self.qa[str(row["id"])] = [(set(normalize(q["question"]).split()), [str(a) for a in q["answers"]]) for q in row["qa"]]
         self.needed = self.sent = 0
 
     def describe(self) -> dict:
-        return {"judge": "reference", "identity": "reference", "corpus": str(self.corpus), "sources_with_gold": len(self.golds),
-                "correct_if": "normalised exact match with any gold answer"}
+        return {"judge": "reference", "identity": "reference", "corpus": str(self.corpus),
+                "sources_with_gold": len(self.golds) + len(self.qa), "qa_match": self.QA_MATCH,
+                "correct_if": "normalised exact match with any gold answer (of the matching gold question, for qa sources)"}
 
     def references(self, rows: list[dict]) -> list[Reference]:
         return [self._reference(r) for r in rows]
 
+    def golds_for(self, row: dict) -> list[str] | None:
+        if row["source_id"] in self.golds:
+            return self.golds[row["source_id"]]
+        asked = set(normalize(row["question"]).split())
+        overlap = [(len(asked & words) / len(asked | words), answers) for words, answers in self.qa.get(row["source_id"], ()) if asked | words]
+        best = max(overlap, key=lambda pair: pair[0], default=(0.0, None))
+        return best[1] if best[0] >= self.QA_MATCH else None
+
     def _reference(self, row: dict) -> Reference:
-        golds = self.golds.get(row["source_id"])
+        golds = self.golds_for(row)
         if not golds:
-            return Reference("unresolved", None, None, "the source has no gold answer")
+            reason = "no gold question on the source is like this one" if row["source_id"] in self.qa else "the source has no gold answer"
+            return Reference("unresolved", None, None, reason)
         sentences = [(k, x) for k, doc in enumerate(documents(row)) for x in _SENTENCE.split(doc.partition("\n")[2])]
         for gold in golds:
             found = next(((k, x) for k, x in sentences if score(x, [gold])["cover_em"]), None)  # whole words: "1" is not in "1990"
@@ -276,7 +296,7 @@ class GoldJudge:
         return Reference("unresolved", None, None, "no gold answer occurs in a sentence of the evidence")
 
     def verdicts(self, items: list[tuple[dict, Reference, str]]) -> list[Verdict]:
-        return [_rule(ref.answer, c) or Verdict(any(matches(c, g) for g in self.golds[row["source_id"]]), "gold") for row, ref, c in items]
+        return [_rule(ref.answer, c) or Verdict(any(matches(c, g) for g in self.golds_for(row)), "gold") for row, ref, c in items]
 
 
 def judge_for(spec: str, corpus: Path, cache: Path, *, api_key: str | None = None, reasoning_effort: str | None = None,

@@ -42,7 +42,6 @@ from cfbench.harness.checkpoints import resolve
 from cfbench.harness.corpus import load_corpus
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import write_jsonl
-from cfbench.harness.paths import BUNDLED_CORPUS
 from cfbench.harness.protocol import Knobs, user_prompt
 from cfbench.harness.suite import Question
 from cfbench.training.selfevolve import crossfit, msv, proposer
@@ -52,7 +51,7 @@ from cfbench.training.core.learner import (TRAIN_RECORD, append_row, check_space
                               save, update)
 from cfbench.training.core.plots import SELF_EVOLUTION_PANELS, plot_curves
 from cfbench.training.core.rewards import reward
-from cfbench.training.selfevolve.sources import Task, pool_folds, source_pool, tasks_for_step
+from cfbench.training.selfevolve.sources import Task, corpus_path, pool_folds, source_pool, tasks_for_step
 
 ProposerEngine = Callable[[int], Backend]  # step -> engine; only tests replace the proposer's own sampler
 
@@ -61,10 +60,6 @@ def schedule(config: dict, step: int) -> tuple[int, str, int]:
     """(round, phase, index within the phase) of 1-based `step`."""
     r, i = divmod(step - 1, config["proposer_steps"] + config["solver_steps"])
     return (r + 1, "proposer", i) if i < config["proposer_steps"] else (r + 1, "solver", i - config["proposer_steps"])
-
-
-def corpus_path(config: dict) -> Path:
-    return BUNDLED_CORPUS if config["corpus"] == "bundled" else Path(config["corpus"])
 
 
 def self_evolve(config: dict, out: Path, start: int, resume: bool, accelerator, on_step: Callable[[dict], None],

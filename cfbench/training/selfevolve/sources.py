@@ -26,8 +26,10 @@ from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
 
+from cfbench.harness import jsonl
 from cfbench.harness.corpus import Corpus
 from cfbench.harness.errors import CfbenchError
+from cfbench.harness.paths import BUNDLED_CORPUS, MANIFEST, TRAIN_SOURCES
 from cfbench.harness.metrics import normalize
 from cfbench.harness.runrecord import dumps, write_atomic
 
@@ -37,6 +39,25 @@ FOLD_RULE = "sha256(smallest source id of the connected group) mod 2"
 SHINGLE_WORDS = 5
 NEAR_DUPLICATE = 0.5  # shingle Jaccard; measured on the bundled corpus: its ~80 re-crawled same-title pairs score 0.58-1.0
 COMMON_SHINGLE = 50  # a shingle in more sources than this proposes no candidate pair (boilerplate); pairs are still scored on all
+
+CORPORA = {"train-sources": TRAIN_SOURCES, "bundled": BUNDLED_CORPUS}
+
+
+def corpus_path(config: dict) -> Path:
+    """The source corpus a config names: `train-sources` (the default), `bundled`, or a file."""
+    return CORPORA.get(config["corpus"]) or Path(config["corpus"])
+
+
+def refuse_eval_corpus(config: dict) -> None:
+    """Sources from the evaluation corpus (the bundled one, under any name) would train the solver on
+    questions about the test evidence (docs/protocol.md §5): refused unless the run asks for it."""
+    if config.get("allow_eval_corpus"):
+        return
+    path = corpus_path(config)
+    evaluation = json.loads(MANIFEST.read_text())["corpus"]["bundled"]["sha256"]
+    if path.is_file() and jsonl.sha256(jsonl.read_bytes(path)) == evaluation:
+        raise CfbenchError(f"self-evolution sources {config['corpus']!r} are the evaluation corpus: the solver would train on questions "
+                           "about the test evidence; use the default train-sources corpus, or pass --allow-eval-corpus to study the leak")
 
 
 @dataclass(frozen=True)
