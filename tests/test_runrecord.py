@@ -149,3 +149,37 @@ def test_a_corrupt_line_inside_the_record_stops_resume(tmp_path, suite, bm25):
     path.write_text("".join(lines[:3]) + "{oops\n" + "".join(lines[4:]))
     with pytest.raises(CfbenchError, match=r"trajectories.jsonl:4: corrupt line"):
         run(tmp_path / "r", suite, bm25, resume=True)
+
+
+def test_a_record_cut_anywhere_resumes_to_a_valid_identical_file(tmp_path, suite, bm25):
+    """Fuzz: the reference record cut at seeded random points, and at each batch's end minus its newline (a
+    last line that lost only its newline); every resume must leave the reference bytes, every line one row."""
+    import random
+    import shutil
+
+    reference = tmp_path / "full"
+    run(reference, suite, bm25)
+    data = (reference / "trajectories.jsonl").read_bytes()
+    ends = [i + 1 for i, byte in enumerate(data) if byte == ord("\n")]
+    cuts = [end - 1 for end in ends[15::16] + ends[-1:]] + random.Random(0).sample(range(len(data)), 12)
+    for cut in cuts:
+        out = tmp_path / f"cut-{cut}"
+        shutil.copytree(reference, out)
+        (out / "trajectories.jsonl").write_bytes(data[:cut])
+        (out / "segments.jsonl").write_bytes((out / "segments.jsonl").read_bytes()[:-5])  # the segment write was torn too
+        run(out, suite, bm25, resume=True)
+        assert (out / "trajectories.jsonl").read_bytes() == data, cut
+        assert all(json.loads(line) for line in (out / "segments.jsonl").read_text().splitlines())
+
+
+def test_an_append_repairs_the_tail_first(tmp_path):
+    from cfbench.harness.runrecord import RunDir
+
+    record = RunDir(tmp_path)
+    path = tmp_path / "trajectories.jsonl"
+    path.write_text('{"id": "a"}\n{"id": "b"}')  # the last line lost only its newline
+    record.append([{"id": "c"}])
+    assert path.read_text() == '{"id": "a"}\n{"id": "b"}\n{"id": "c"}\n'
+    path.write_text('{"id": "a"}\n{"id": "b", "tu')  # a torn write
+    record.append([{"id": "c"}])
+    assert path.read_text() == '{"id": "a"}\n{"id": "c"}\n'

@@ -3,12 +3,14 @@
 Trajectories are appended one finished batch at a time in a single write, so an interrupted run
 loses at most the batch in flight. Batches are fixed slices of the suite order; on resume a batch
 is either complete (kept) or redone whole, so a resumed run computes exactly what an uninterrupted
-one would.
+one would. A file that does not end in a whole line (a killed write, or a last line that lost only
+its newline) is repaired before anything is appended to it, so a row is never glued onto another.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from cfbench.harness.errors import CfbenchError
@@ -51,7 +53,7 @@ def _diff(old: dict, new: dict, prefix: str = "") -> str | None:
 class RunDir:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.torn = False  # the record ended in a partly written line (a killed write)
+        self.torn = False  # the record does not end in a whole line (a killed write): resume rewrites it
 
     def open(self, config: dict, resume: bool) -> dict[str, dict]:
         """Start or continue a run; returns the finished trajectory rows by id."""
@@ -75,7 +77,9 @@ class RunDir:
         path = self.path / TRAJECTORIES
         if not path.exists():
             return {}
-        lines = path.read_text(encoding="utf-8").split("\n")
+        text = path.read_text(encoding="utf-8")
+        self.torn = bool(text) and not text.endswith("\n")
+        lines = text.split("\n")
         rows: dict[str, dict] = {}
         for lineno, line in enumerate(lines, start=1):
             if not line.strip():
@@ -95,12 +99,43 @@ class RunDir:
         write_jsonl(self.path / TRAJECTORIES, rows)
 
     def append(self, rows: list[dict]) -> None:
+        repair_tail(self.path / TRAJECTORIES)
         append_jsonl(self.path / TRAJECTORIES, rows)
 
     def add_segment(self, segment: dict) -> list[dict]:
         """Record one working session (start, end, questions done); returns all of them."""
+        repair_tail(self.path / SEGMENTS)
         append_jsonl(self.path / SEGMENTS, [segment])
         return [json.loads(line) for line in (self.path / SEGMENTS).read_text().splitlines() if line.strip()]
 
     def write_results(self, results: dict) -> None:
         write_atomic(self.path / RESULTS, json_text(results))
+
+
+def repair_tail(path: Path, block: int = 1 << 16) -> None:
+    """End the file at a whole line: a last line that is a whole JSON object gets its lost newline back, and
+    anything else after the last newline (a torn write) is cut off. Reads only the tail, so big records stay cheap."""
+    if not path.exists():
+        return
+    with path.open("rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        start, tail = size, b""
+        while start > 0 and b"\n" not in tail:
+            start -= min(block, start)
+            f.seek(start)
+            tail = f.read(size - start)
+        cut = tail.rfind(b"\n") + 1
+        last = tail[cut:]
+        if not last:
+            return
+        try:
+            whole = isinstance(json.loads(last), dict)
+        except ValueError:  # torn JSON, or UTF-8 cut inside a character
+            whole = False
+        if whole:
+            f.seek(size)
+            f.write(b"\n")
+        else:
+            f.truncate(start + cut)
+        f.flush()
+        os.fsync(f.fileno())
