@@ -21,6 +21,7 @@ CASES = {1: [row(1, 1, 0, "paris", "Paris", ["Paris", "Lyon"], "Which city is th
          2: [row(2, 1, 0, "everest", "8000 metres", ["8849 metres", "eight"], "How high is Mount Everest?")]}
 
 
+@pytest.mark.slow
 def test_openai_judge_on_loopback_then_a_rerun_from_the_cache_alone(tmp_path):
     run = make_run(tmp_path / "run", cases=CASES)
     out = run / "judged" / "openai-smollm2"
@@ -47,6 +48,7 @@ def test_openai_judge_on_loopback_then_a_rerun_from_the_cache_alone(tmp_path):
     assert again["steps"] == first["steps"] and again["judge_requests"] == {"needed": first["judge_requests"]["needed"], "sent": 0}
 
 
+@pytest.mark.slow
 def test_hf_judge_in_process_caches_by_exact_inputs(tmp_path):
     run = make_run(tmp_path / "run", cases=CASES)
     cache = tmp_path / CACHE_FILE

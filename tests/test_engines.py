@@ -26,6 +26,7 @@ def served():
         yield url + "/v1"
 
 
+@pytest.mark.slow
 def test_openai_backend_gives_hf_trajectories_on_the_mini_suite(tmp_path, served, smollm2, bm25):
     suite = load_suite("mini")
     local = evaluate(suite, smollm2, bm25, EQUIVALENCE_KNOBS, tmp_path / "hf")
@@ -42,6 +43,7 @@ def test_openai_backend_gives_hf_trajectories_on_the_mini_suite(tmp_path, served
     assert engine["weights_sha256"] == local["model"]["weights_sha256"]  # the server says which weights it ran
 
 
+@pytest.mark.slow
 def test_chat_endpoint_answers_like_the_in_process_engine(served, smollm2):
     messages = [{"role": "user", "content": "What is the capital of France?"}]
     answer = requests.post(served + "/chat/completions", json={"model": MODEL, "messages": messages, "max_tokens": 16}).json()
@@ -50,6 +52,7 @@ def test_chat_endpoint_answers_like_the_in_process_engine(served, smollm2):
     assert answer["choices"][0]["finish_reason"] in ("stop", "length") and answer["usage"]["completion_tokens"] <= 16
 
 
+@pytest.mark.slow
 def test_stop_strings_follow_openai_and_vllm_conventions(served, smollm2):
     prompt = smollm2.chat_prompt("What is the capital of France?")
     [free] = smollm2.generate([prompt], 30, 4096, ())
@@ -70,6 +73,7 @@ def test_stop_strings_follow_openai_and_vllm_conventions(served, smollm2):
     ({"model": MODEL, "prompt": "x", "max_tokens": 10**6}, 400, "maximum context length"),
     ({"model": MODEL}, 400, "prompt: Field required"),
 ])
+@pytest.mark.slow
 def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(served, body, status, words):
     answer = requests.post(served + "/completions", json=body)
     assert answer.status_code == status and words in answer.json()["error"]["message"]
@@ -77,6 +81,7 @@ def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(served, bod
     assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] <= 2
 
 
+@pytest.mark.slow
 def test_client_errors_are_one_clear_line(served):
     from cfbench.harness.errors import CfbenchError
 

@@ -20,6 +20,8 @@ from cfbench.harness.paths import TASKS_DIR
 from cfbench.harness.protocol import STOP, Knobs
 from cfbench.harness.suite import load_suite
 
+pytestmark = pytest.mark.slow  # Every test here runs the real SmolLM2-135M.
+
 KNOBS = Knobs(max_new_tokens=12, max_searches=1)
 CLI_KNOBS = ["--max-new-tokens", "6", "--max-searches", "1", "--batch-size", "1"]  # 8 batches: a kill lands mid-run even on a loaded machine
 

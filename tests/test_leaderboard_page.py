@@ -12,6 +12,8 @@ from cfbench.leaderboard.build import build
 from cfbench.leaderboard.store import add, load_run
 from leaderboard_runs import write_run
 
+pytestmark = pytest.mark.slow  # Every test here drives headless Chromium.
+
 CELLS = """Array.from(document.querySelectorAll("table.sortable[id^=t]")).map(table => ({
   id: table.id,
   rows: Array.from(table.tBodies[0].rows).map(tr => ({

@@ -19,6 +19,8 @@ from cfbench.training.core.answers import matches
 from cfbench.training.audit.judge import GoldJudge
 from cfbench.training.audit.replay import replay
 
+pytestmark = pytest.mark.slow  # Every test here replays a bank by training a (tiny) solver.
+
 BANK = {1: [row(1, 1, 0, "nile", "south", [], "Which way does the Nile flow?")],  # a proposer step: its label trained nobody
         2: [row(2, 1, 0, "paris", "Paris", [], "Which city is the capital of France?"),
             row(2, 1, 1, "everest", "8000 metres", [], "How high is Mount Everest?"),

@@ -24,6 +24,8 @@ from cfbench.training.trainer import train
 
 pytestmark = pytest.mark.slow  # Every test here trains a self-evolution run or loads SmolLM2.
 
+pytestmark = pytest.mark.slow  # Every test here trains a self-evolution run or loads SmolLM2.
+
 
 class ScriptedProposer:
     """Searches the source's title n-1 times, then asks which article holds a quote from the source."""

@@ -57,6 +57,7 @@ def test_reward_table(prediction, turns, em, shaped):
     assert reward("em+format", prediction, ["Paris", "City of Light"], turns) == pytest.approx(shaped)
 
 
+@pytest.mark.slow
 def test_episode_mask_covers_exactly_the_model_text(smollm2):
     tokens: PromptTokens = smollm2.tokens
     turns = [{"generated": "<search> capital of France </search>", "observation": "\n\n<information>Doc 1(Title: Paris) Paris is the capital.</information>\n\n"},

@@ -47,6 +47,7 @@ def two_steps(tmp_path_factory, request):
         shutil.rmtree(root)
 
 
+@pytest.mark.slow
 def test_a_step_changes_the_weights_and_records_everything(two_steps):
     rows = metrics(two_steps)
     assert [r["step"] for r in rows] == [1, 2]
@@ -67,6 +68,7 @@ def test_a_step_changes_the_weights_and_records_everything(two_steps):
     assert "optimizer.bin" in state and "scheduler.bin" in state and not [n for n in state if n.startswith("model")]
 
 
+@pytest.mark.slow
 def test_resume_gives_the_uninterrupted_next_step(two_steps, tmp_path):
     from cfbench.training.trainer import train
 
@@ -87,6 +89,7 @@ def test_resume_gives_the_uninterrupted_next_step(two_steps, tmp_path):
     assert not (cut / "checkpoint-1" / "state").exists()  # superseded once checkpoint-2 was in place
 
 
+@pytest.mark.slow
 def test_the_checkpoint_is_scored_by_eval_unchanged(two_steps, tmp_path):
     out = tmp_path / "eval"
     done = cfbench("eval", "--ckpt", str(two_steps / "checkpoint-2"), "--suite", "mini", "--out", str(out),
@@ -96,6 +99,7 @@ def test_the_checkpoint_is_scored_by_eval_unchanged(two_steps, tmp_path):
     assert results["suite"]["n"] == 70 and results["model"]["weights_sha256"] == resolve(str(two_steps / "checkpoint-2")).weights_sha256
 
 
+@pytest.mark.slow
 def test_base_is_the_untrained_model(tmp_path):
     cfbench("train", "--treatment", "base", "--scale", "cpu-smoke", "--out", str(tmp_path / "base"))
     saved = load_file(tmp_path / "base" / "checkpoint-0" / "model.safetensors")
@@ -140,6 +144,7 @@ def test_only_checkpoint_n_directories_are_checkpoints(tmp_path):
     assert [(step, path.name) for step, path in checkpoints(tmp_path)] == [(2, "checkpoint-2"), (10, "checkpoint-10")]
 
 
+@pytest.mark.slow
 def test_a_disk_too_small_for_a_checkpoint_is_refused_and_a_failed_save_leaves_the_last_checkpoint_whole(tmp_path, tiny_llama, monkeypatch):
     from accelerate import Accelerator
 
