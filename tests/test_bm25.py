@@ -1,11 +1,11 @@
 import json
 
 import pytest
-from evidence import top3_recall
 
 from cfbench.harness.corpus import load_corpus
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.retrievers.index import build_index, default_index, open_index
+from evidence import top3_recall
 
 
 # Share of questions with a gold passage in BM25's top 3 over the bundled corpus, measured on

@@ -5,8 +5,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from cfbench.harness import suite as suite_mod
 from cfbench.cli import main
+from cfbench.harness import suite as suite_mod
 from cfbench.harness.paths import TASKS_DIR
 
 

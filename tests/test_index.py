@@ -2,7 +2,6 @@ import json
 
 import numpy as np
 import pytest
-from evidence import top3_recall
 
 from cfbench.harness.corpus import load_corpus
 from cfbench.harness.errors import CfbenchError
@@ -11,6 +10,7 @@ from cfbench.harness.retrievers.choose import retriever_for
 from cfbench.harness.retrievers.encoders import Encoder
 from cfbench.harness.retrievers.index import SHIPPED, build_index, default_index, open_index, read_manifest
 from cfbench.harness.retrievers.lucene import require_java21
+from evidence import top3_recall
 
 
 @pytest.fixture(scope="module")

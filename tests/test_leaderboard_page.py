@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from chromium import Chromium
 from cfbench.leaderboard.build import build
 from cfbench.leaderboard.store import add, load_run
+from chromium import Chromium
 from leaderboard_runs import write_run
 
 pytestmark = pytest.mark.slow  # Every test here drives headless Chromium.

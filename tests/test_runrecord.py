@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from cfbench.harness.errors import CfbenchError
 from cfbench.harness import evaluate as evaluate_module
+from cfbench.harness.errors import CfbenchError
 from cfbench.harness.evaluate import evaluate, host
 from cfbench.harness.protocol import Knobs
 from cfbench.harness.suite import load_suite

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 from safetensors.torch import load_file
 
-from cfbench.harness.checkpoints import resolve
 from cfbench.cli import main
+from cfbench.harness.checkpoints import resolve
 from cfbench.training.treatments import load_config, validate
 
 

@@ -6,7 +6,7 @@ import platform
 import subprocess
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
@@ -139,8 +139,8 @@ def evaluate(
             on_questions(len(rows))
     finally:  # an interrupted session's time counts too
         segments = run.add_segment({
-            "started": datetime.fromtimestamp(started, timezone.utc).isoformat(),
-            "ended": datetime.now(timezone.utc).isoformat(),
+            "started": datetime.fromtimestamp(started, UTC).isoformat(),
+            "ended": datetime.now(UTC).isoformat(),
             "questions": done_now,
             "host": host(),
         })

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cfbench.harness.jsonl import json_text, write_atomic
+from cfbench.harness.metrics import GROUPS, METRICS
 from cfbench.leaderboard import comparable, stats
 from cfbench.leaderboard.page import page
 from cfbench.leaderboard.reported import reported
 from cfbench.leaderboard.store import Run, stored_runs
 from cfbench.leaderboard.tables import csv_table, latex_table, markdown
-from cfbench.harness.metrics import GROUPS, METRICS
-from cfbench.harness.jsonl import json_text, write_atomic
 
 RANK_METRIC = "cover_em"
 RANK_BY = "avg7"

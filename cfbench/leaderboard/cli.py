@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from cfbench.harness.cli_output import one_line_errors, console
+from cfbench.harness.cli_output import console, one_line_errors
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.metrics import GROUPS
 
@@ -65,9 +65,9 @@ def build_cmd(suites, root) -> None:
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="File to write (JSON).")
 def export_cmd(run, out) -> None:
     """Write a run (a run directory or a stored entry) in lm-evaluation-harness's results layout."""
+    from cfbench.harness.jsonl import json_text, write_atomic
     from cfbench.leaderboard.lmeval import lmeval_results
     from cfbench.leaderboard.store import load_run
-    from cfbench.harness.jsonl import json_text, write_atomic
 
     with one_line_errors():
         write_atomic(out, json_text(lmeval_results(load_run(run))))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -75,7 +75,7 @@ def build_index(corpus: Corpus, kind: str, out: Path, *, encoder: str = "minilm"
             "params": params,
             "index_sha256": index_hash(kind, corpus.sha256, params),
             "build_seconds": round(time.perf_counter() - started, 3),
-            "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return out
