@@ -45,7 +45,7 @@ from cfbench.training.core.plots import plot_curves
 from cfbench.training.core.rewards import reward
 from cfbench.training.treatments import SELF_EVOLUTION
 
-RESUMABLE = {"steps", "save_every"}  # neither changes a step's result; every other knob must match
+RESUMABLE = {"steps", "save_every", "note"}  # none changes a step's result; every other knob must match
 
 
 def check_config(config: dict, out: Path, resume: bool) -> None:

@@ -134,7 +134,8 @@ def warm_start(config: dict, out: Path, *, resume: bool = False, command: str = 
     picked = select(parse_rows(data, where), config["mix"], config["seed"], where)
     ckpt = resolve(config["model"])
     tokenizer = AutoTokenizer.from_pretrained(ckpt.location)
-    dataset = sft_dataset(encode(picked, PromptTokens(tokenizer)))
+    episodes = encode(picked, PromptTokens(tokenizer))
+    dataset = sft_dataset(episodes)
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "config.json", dumps(config) + "\n")
     start = _last_complete_checkpoint(out) if resume else None
@@ -157,7 +158,7 @@ def warm_start(config: dict, out: Path, *, resume: bool = False, command: str = 
                                         "wall_seconds": round(time.time() - began, 1)})
     with tempfile.TemporaryDirectory(dir=out) as scratch:
         adapter = _save_adapter(model, config["model"], Path(scratch))
-        write_atomic(adapter / MANIFEST, json.dumps(_manifest(config, out, ckpt, picked, trainer, adapter), indent=2, sort_keys=True) + "\n")
+        write_atomic(adapter / MANIFEST, json.dumps(_manifest(config, out, ckpt, picked, episodes, trainer, adapter), indent=2, sort_keys=True) + "\n")
         shutil.rmtree(out / "adapter", ignore_errors=True)
         os.replace(adapter, out / "adapter")
     return out / "adapter"
@@ -194,13 +195,14 @@ def _last_complete_checkpoint(out: Path) -> Path | None:
     return done[-1][1] if done else None
 
 
-def _manifest(config: dict, out: Path, ckpt, picked: list[dict], trainer, adapter: Path) -> dict:
+def _manifest(config: dict, out: Path, ckpt, picked: list[dict], episodes: list[Episode], trainer, adapter: Path) -> dict:
     segments = [json.loads(line) for line in (out / "segments.jsonl").read_text().splitlines() if line.strip()]
     losses = [row["loss"] for row in trainer.state.log_history if "loss" in row]
     return {
         "base_model": config["model"], "base_weights_sha256": ckpt.weights_sha256,
         "data": config["data"], "data_sha256": config["data_sha256"],
         "examples": len(picked), "examples_per_kind": dict(sorted(Counter(row["kind"] for row in picked).items())),
+        "tokens": sum(len(e.ids) for e in episodes), "trained_tokens": sum(sum(e.trained) for e in episodes),
         "config": config, "seed": config["seed"], "command": segments[-1]["command"],
         "steps": trainer.state.global_step, "final_loss": losses[-1] if losses else None,
         "train_seconds": round(sum(s["train_seconds"] for s in segments), 1),  # the Trainer's loop alone
