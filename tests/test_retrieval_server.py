@@ -129,11 +129,50 @@ def test_an_empty_query_is_answered_not_refused(server, bm25):
     assert [d["document"]["id"] for d in answer["result"][0]] == [h.id for h in bm25.search([""], 3)[0]]
 
 
-def test_a_server_answering_nothing_is_an_error_not_an_empty_result(server):
+def test_a_server_answering_nonsense_is_an_error(server):
     client = HTTPRetriever(server)
-    client._client = httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(200, json={"result": [[]]})))
-    with pytest.raises(CfbenchError, match="unexpected form \\(no passages for query 0\\)"):
+    client._client = httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(200, json={"result": [None]})))
+    with pytest.raises(CfbenchError, match="unexpected form"):
         client.search(["x"], 3)
+
+
+def search_r1_observation(docs: list[dict]) -> str:
+    """Search-R1's client: _passages2string over doc['document']['contents'], then <information>{...strip()}</information>."""
+    passages = ""
+    for i, doc in enumerate(docs):
+        lines = doc["document"]["contents"].split("\n")
+        passages += f"Doc {i + 1}(Title: {lines[0]}) {chr(10).join(lines[1:])}\n"
+    return f"\n\n<information>{passages.strip()}</information>\n\n"
+
+
+def test_zero_hits_and_documents_without_ids_from_search_r1s_server_are_observations(tmp_path, bm25):
+    """Search-R1's BM25 server answers [] for a query with no hits (an empty <search></search> is enough) and, over
+    raw stored documents, documents without an id: the run goes on, as under Search-R1's client."""
+    import hashlib
+
+    from search_r1_server import raw_document
+
+    def search(query, k):
+        return [] if not query.strip() else [(raw_document(h.contents), h.score) for h in bm25.search([query], k)[0]]
+
+    def policy(context):
+        if "<information></information>" not in context:
+            return "<search></search>"
+        if "<information>Doc" not in context:
+            return f"<search> {question_of(context)} </search>"
+        return "<answer> x </answer>"
+
+    suite = load_suite("mini")
+    with search_r1_server(search) as url:
+        results = evaluate(suite, ScriptedBackend(policy), HTTPRetriever(url), Knobs(), tmp_path / "run")
+        expected = requests.post(url + "/retrieve", json={"queries": [suite.questions[0].question], "topk": 3, "return_scores": True}).json()
+    assert results["stats"]["searches_per_question"] == 2.0
+    first = json.loads((tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()[0])
+    empty, found = first["turns"][0], first["turns"][1]
+    assert (empty["query"], empty["doc_ids"], empty["observation"]) == ("", [], "\n\n<information></information>\n\n")
+    assert found["observation"] == ScriptedBackend(policy).truncate(search_r1_observation(expected["result"][0]), Knobs().max_obs_tokens)
+    contents = [d["document"]["contents"] for d in expected["result"][0]]
+    assert found["doc_ids"] == ["derived-sha256:" + hashlib.sha256(c.encode()).hexdigest() for c in contents]
 
 
 @pytest.fixture(scope="module")

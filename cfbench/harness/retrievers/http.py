@@ -2,11 +2,15 @@
 
 The request body is byte for byte what Search-R1's own client sends (`requests.post(url,
 json={"queries", "topk", "return_scores": True})`). Batched, with timeouts and retries with
-backoff; a server that is down or answers nonsense is an error, never an empty result.
+backoff; a server that is down or answers nonsense is an error. As Search-R1's own client does, an
+empty hit list (its BM25 server's answer for a query Lucene matches nothing for) is an empty
+observation, not an error, and a document without an id (its BM25 server over an index of raw
+documents) gets a stable one derived from its contents, marked as such: `derived-sha256:HEX`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import httpx
@@ -16,6 +20,7 @@ from cfbench.harness.http_retry import post_with_retries
 from cfbench.harness.retrievers import Hit
 
 MAX_QUERY_CHARS = 8192
+DERIVED_ID = "derived-sha256:"
 
 
 class HTTPRetriever:
@@ -56,12 +61,7 @@ class HTTPRetriever:
             result = answer.json()["result"]
             if len(result) != n:
                 raise ValueError(f"{len(result)} result lists for {n} queries")
-            parsed = []
-            for i, items in enumerate(result):
-                if not items:
-                    raise ValueError(f"no passages for query {i}")
-                parsed.append([self._hit(item) for item in items[:k]])
-            return parsed
+            return [[self._hit(item) for item in items[:k]] for items in result]
         except (ValueError, KeyError, TypeError) as err:
             raise CfbenchError(f"retrieval server {self.url} answered in an unexpected form ({err})") from None
 
@@ -69,7 +69,8 @@ class HTTPRetriever:
     def _hit(item: dict) -> Hit:
         doc = item["document"]
         contents = doc["contents"] if "contents" in doc else f'"{doc["title"]}"\n{doc["text"]}'
-        return Hit(str(doc["id"]), contents, float(item["score"]))
+        pid = str(doc["id"]) if "id" in doc else DERIVED_ID + hashlib.sha256(contents.encode()).hexdigest()
+        return Hit(pid, contents, float(item["score"]))
 
     def describe(self) -> dict:
         return {"kind": "http", "url": self.url, "server": self.health.get("retriever"),
