@@ -75,3 +75,32 @@ def test_engine_options_that_do_not_fit(tmp_path, args, message):
     code, lines = run(*args, "--suite", "mini", "--out", str(tmp_path / "r"))
     assert code == 2 and len(lines) == 1 and message in lines[0]
     assert not (tmp_path / "r").exists()  # nothing written before the engine exists
+
+
+@pytest.mark.parametrize("ckpt", ["runs/missing", "./runs/missing", "checkpoints/step-40"])
+def test_a_missing_local_path_is_not_taken_for_a_hub_id(tmp_path, monkeypatch, ckpt):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "checkpoints").mkdir()  # an existing first part makes "checkpoints/step-40" a path, not org/name
+    code, lines = run("--ckpt", ckpt, "--suite", "mini", "--out", str(tmp_path / "r"))
+    assert code == 2 and lines == [f"error: checkpoint {ckpt!r} not found: no such directory (a local path, so not looked up on the hub)"]
+
+
+def test_out_naming_an_existing_file(tmp_path):
+    (tmp_path / "r").write_text("not a run")
+    code, lines = run("--ckpt", "smollm2-135m", "--suite", "mini", "--out", str(tmp_path / "r"))  # after the model loads
+    assert code == 2 and lines[-1] == f"error: --out {tmp_path / 'r'} is a file, not a run directory; choose another --out"
+    assert not any("Traceback" in line for line in lines)
+
+
+def test_leaderboard_add_of_a_suite_named_like_a_file_in_the_root(tmp_path):
+    from leaderboard_runs import SUITE, write_run
+
+    root = tmp_path / "leaderboards"
+    root.mkdir()
+    (root / "README.md").write_text("# Leaderboards\n")
+    run_dir = write_run(tmp_path / "run", 0.5, suite={**SUITE, "name": "README.md"})
+    result = CliRunner().invoke(main, ["leaderboard", "add", str(run_dir), "--root", str(root)])
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code == 2 and lines == [f"error: {run_dir / 'results.json'}: suite 'README.md' names the file {root / 'README.md'}, "
+                                               "not a leaderboard folder; rename the suite (suite.name) or choose another --root"]
+    assert (root / "README.md").read_text() == "# Leaderboards\n"

@@ -77,7 +77,11 @@ def resolve(ckpt: str) -> ResolvedCheckpoint:
         return ResolvedCheckpoint(ckpt, str(local), weights_hash(local))
     if path.exists():
         raise CfbenchError(f"checkpoint {ckpt!r} is a file; pass the directory that holds config.json and the weights")
-    if _HUB_ID.match(ckpt) and not ckpt.startswith((".", "/", "~")):
+    # A spec that reads as a local path (./, /, ~, runs/, or a first part that is a directory here) is a missing
+    # directory, never a hub id: one line now rather than a hub lookup and its traceback.
+    if ckpt.startswith((".", "/", "~", "runs/")) or Path(ckpt.split("/")[0]).is_dir():
+        raise CfbenchError(f"checkpoint {ckpt!r} not found: no such directory (a local path, so not looked up on the hub)")
+    if _HUB_ID.match(ckpt):
         return ResolvedCheckpoint(ckpt, ckpt, None)
     raise CfbenchError(
         f"checkpoint {ckpt!r} not found: not a directory, not a bundled model ({', '.join([*BUNDLED, *ADAPTED])}), "

@@ -58,6 +58,8 @@ class RunDir:
     def open(self, config: dict, resume: bool) -> dict[str, dict]:
         """Start or continue a run; returns the finished trajectory rows by id."""
         config = {"record_version": RECORD_VERSION, **config}
+        if self.path.exists() and not self.path.is_dir():
+            raise CfbenchError(f"--out {self.path} is a file, not a run directory; choose another --out")
         existing = self.path / CONFIG
         if existing.is_file():
             if not resume:

@@ -65,6 +65,9 @@ def add(run: Run, root: Path, labels: dict[str, str | None]) -> tuple[Path, bool
     """Store the run under root/<suite>/runs/<id>/; returns (entry, whether it was new)."""
     suite = check_suite_name(run.results["suite"]["name"], str(run.path / RESULTS))
     wanted = run.labels | {k: v for k, v in labels.items() if v is not None}
+    if (root / suite).exists() and not (root / suite).is_dir():
+        raise CfbenchError(f"{run.path / RESULTS}: suite {suite!r} names the file {root / suite}, not a leaderboard folder; "
+                           "rename the suite (suite.name) or choose another --root")
     runs_dir = root / suite / RUNS
     dest = runs_dir / run.id
     if dest.is_dir():
