@@ -31,7 +31,7 @@ def served(ckpt: str) -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "cfbench.harness.cli", "serve-model", "--ckpt", ckpt, "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "cfbench.cli", "serve-model", "--ckpt", ckpt, "--port", str(port)],
                             stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/v1"
     while True:

@@ -91,7 +91,7 @@ def main() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     index = default_index(corpus, "bm25")
-    server = subprocess.Popen([sys.executable, "-m", "cfbench.harness.cli", "retriever", "serve", "--index", str(index), "--port", str(port)],
+    server = subprocess.Popen([sys.executable, "-m", "cfbench.cli", "retriever", "serve", "--index", str(index), "--port", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
     try:
         for _ in range(600):

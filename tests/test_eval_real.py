@@ -68,7 +68,7 @@ def test_two_runs_are_byte_identical(tmp_path, smollm2, bm25, small_suite):
 
 
 def cli(*args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "cfbench.harness.cli", "eval", "--ckpt", "smollm2-135m", *args],
+    return subprocess.Popen([sys.executable, "-m", "cfbench.cli", "eval", "--ckpt", "smollm2-135m", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 

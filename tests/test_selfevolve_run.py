@@ -24,8 +24,6 @@ from cfbench.training.trainer import train
 
 pytestmark = pytest.mark.slow  # Every test here trains a self-evolution run or loads SmolLM2.
 
-pytestmark = pytest.mark.slow  # Every test here trains a self-evolution run or loads SmolLM2.
-
 
 class ScriptedProposer:
     """Searches the source's title n-1 times, then asks which article holds a quote from the source."""
@@ -152,7 +150,7 @@ def test_same_source_feedback_happens_in_round_1_and_the_provenance_proves_it(tm
 
 def test_a_cli_run_writes_the_shared_checkpoint_layout_and_eval_scores_it(tmp_path):
     out = tmp_path / "dr-zero"
-    run = subprocess.run([sys.executable, "-m", "cfbench.harness.cli", "train", "--treatment", "dr-zero", "--scale", "cpu-smoke",
+    run = subprocess.run([sys.executable, "-m", "cfbench.cli", "train", "--treatment", "dr-zero", "--scale", "cpu-smoke",
                           "--steps", "3", "--out", str(out)], capture_output=True, text=True, timeout=1200)
     assert run.returncode == 0, run.stderr[-3000:]
     ckpt = out / "checkpoint-3"
@@ -162,7 +160,7 @@ def test_a_cli_run_writes_the_shared_checkpoint_layout_and_eval_scores_it(tmp_pa
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [(r["round"], r["phase"]) for r in rows] == [(1, "proposer"), (1, "solver"), (1, "solver")]
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG" and len(audit(out)) == 12
-    scored = subprocess.run([sys.executable, "-m", "cfbench.harness.cli", "eval", "--ckpt", str(ckpt), "--suite", "mini",
+    scored = subprocess.run([sys.executable, "-m", "cfbench.cli", "eval", "--ckpt", str(ckpt), "--suite", "mini",
                              "--out", str(tmp_path / "eval"), "--max-new-tokens", "4", "--max-searches", "0"],
                             capture_output=True, text=True, timeout=1200)
     assert scored.returncode == 0, scored.stderr[-3000:]

@@ -15,7 +15,7 @@ from cfbench.training.treatments import load_config, validate
 
 
 def cfbench(*args, timeout=900):
-    done = subprocess.run([sys.executable, "-m", "cfbench.harness.cli", *args], capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run([sys.executable, "-m", "cfbench.cli", *args], capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
