@@ -53,7 +53,7 @@ def test_a_step_changes_the_weights_and_records_everything(two_steps):
     assert [r["step"] for r in rows] == [1, 2]
     assert rows[0]["loss"] != 0 and rows[0]["grad_norm"] > 0  # step 1's group had unequal rewards
     assert all(r["rollout_s"] > 0 and r["update_s"] > 0 and r["response_tokens"] > 0 for r in rows)
-    base = load_file(resolve("smollm2-135m").location + "/model.safetensors")
+    base = load_file(resolve(load_config("search-r1", "cpu-smoke")["model"]).location + "/model.safetensors")
     trained = load_file(two_steps / "checkpoint-1" / "model.safetensors")
     changed = [k for k in trained if not (trained[k] == base[k]).all()]
     assert len(changed) > 10
@@ -103,7 +103,7 @@ def test_the_checkpoint_is_scored_by_eval_unchanged(two_steps, tmp_path):
 def test_base_is_the_untrained_model(tmp_path):
     cfbench("train", "--treatment", "base", "--scale", "cpu-smoke", "--out", str(tmp_path / "base"))
     saved = load_file(tmp_path / "base" / "checkpoint-0" / "model.safetensors")
-    original = load_file(resolve("smollm2-135m").location + "/model.safetensors")
+    original = load_file(resolve(load_config("base", "cpu-smoke")["model"]).location + "/model.safetensors")
     assert all((saved[k] == original[k]).all() for k in saved)
     cfbench("train", "--treatment", "base", "--scale", "cpu-smoke", "--out", str(tmp_path / "base"), "--resume")  # nothing to resume: saved again
 
