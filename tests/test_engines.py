@@ -131,3 +131,21 @@ def test_client_errors_from_a_scripted_server_are_one_line(monkeypatch):
     with openai_stub(lambda path, body: (401, {"error": {"message": "Incorrect API key provided"}})) as (url, _):
         with pytest.raises(CfbenchError, match=r"refused the request: HTTP 401 Incorrect API key provided; check --api-key"):
             OpenAIBackend(url, "stub-model", tokenizer=MODEL, api_key="sk-wrong").generate(["hello"], 4, 4096, STOP)
+
+
+@pytest.mark.slow
+def test_chat_max_completion_tokens_is_honoured_and_a_long_prompt_is_a_context_length_error(served):
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "What is the capital of France?"}]}
+    zero = requests.post(served + "/chat/completions", json=chat | {"max_completion_tokens": 0, "max_tokens": 16})
+    assert zero.status_code == 400 and zero.json()["error"]["param"] == "max_completion_tokens"  # not max_tokens' 16
+    assert zero.json()["error"]["message"] == "max_completion_tokens must be at least 1, got 0"
+    two = requests.post(served + "/chat/completions", json=chat | {"max_completion_tokens": 2, "max_tokens": 16}).json()
+    assert two["usage"]["completion_tokens"] <= 2
+    limit = requests.get(served + "/models").json()["data"][0]["max_model_len"]
+    long = requests.post(served + "/chat/completions", json=chat | {"messages": [{"role": "user", "content": "hello " * limit}]})
+    error = long.json()["error"]
+    assert long.status_code == 400 and error["code"] == "context_length_exceeded" and error["param"] == "messages"
+    prompt_tokens = int(error["message"].split("resulted in ")[1].split()[0])
+    assert prompt_tokens > limit
+    assert error["message"] == (f"This model's maximum context length is {limit} tokens. However, your messages resulted in "
+                                f"{prompt_tokens} tokens. Please reduce the length of the messages.")

@@ -29,9 +29,9 @@ MAX_PROMPTS = 256
 
 
 class _Refused(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
-        self.status, self.message, self.param = status, message, param
+        self.status, self.message, self.param, self.code = status, message, param, code
 
 
 class _Sampling(BaseModel):
@@ -72,7 +72,7 @@ def make_app(backend: HFBackend, name: str) -> FastAPI:
     @app.exception_handler(_Refused)
     async def refused(_: Request, err: _Refused):
         kind = "not_found_error" if err.status == 404 else "invalid_request_error"
-        return JSONResponse({"error": {"message": err.message, "type": kind, "param": err.param, "code": None}},
+        return JSONResponse({"error": {"message": err.message, "type": kind, "param": err.param, "code": err.code}},
                             status_code=err.status)
 
     @app.get("/health")
@@ -87,7 +87,8 @@ def make_app(backend: HFBackend, name: str) -> FastAPI:
     async def completions(raw: Request):
         request = _parse(CompletionRequest, await raw.body())
         prompts = _token_prompts(request, tokenizer)
-        outs = await run_in_threadpool(decode, request, prompts, request.max_tokens if request.max_tokens is not None else 16)
+        outs = await run_in_threadpool(decode, request, prompts, request.max_tokens if request.max_tokens is not None else 16,
+                                       "max_tokens", "prompt")
         choices = [{"index": i, "text": _shown(c, request), "logprobs": None, "finish_reason": c.finish, "stop_reason": c.stop}
                    for i, c in enumerate(outs)]
         return {"id": f"cmpl-{next(ids)}", "object": "text_completion", "created": int(time.time()), "model": name,
@@ -102,27 +103,32 @@ def make_app(backend: HFBackend, name: str) -> FastAPI:
             raise _Refused(400, "messages must not be empty", "messages")
         text = tokenizer.apply_chat_template([m.model_dump() for m in request.messages], tokenize=False, add_generation_prompt=True)
         prompt = backend.tokens.encode(text)
-        limit = request.max_completion_tokens or request.max_tokens
-        outs = await run_in_threadpool(decode, request, [prompt], limit if limit is not None else max_len - len(prompt))
+        # OpenAI's max_completion_tokens replaces the deprecated max_tokens when given, 0 included (which is refused)
+        param = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
+        limit = getattr(request, param)
+        outs = await run_in_threadpool(decode, request, [prompt], limit if limit is not None else max_len - len(prompt), param, "messages")
         [out] = outs
         choice = {"index": 0, "message": {"role": "assistant", "content": _shown(out, request)}, "logprobs": None,
                   "finish_reason": out.finish, "stop_reason": out.stop}
         return {"id": f"chatcmpl-{next(ids)}", "object": "chat.completion", "created": int(time.time()), "model": name,
                 "choices": [choice], "usage": _usage([prompt], outs)}
 
-    def decode(request: _Sampling, prompts: list[list[int]], max_tokens: int) -> list[Completion]:
+    def decode(request: _Sampling, prompts: list[list[int]], max_tokens: int, limit_param: str, prompt_param: str) -> list[Completion]:
         if request.model != name:
             raise _Refused(404, f"model {request.model!r} is not served here; this server serves {name!r}", "model")
         if request.temperature not in (None, 0):
             raise _Refused(400, f"temperature {request.temperature} is not supported: serve-model decodes greedily (temperature 0)", "temperature")
         if request.n != 1 or request.stream:
             raise _Refused(400, "serve-model returns one complete answer per prompt: n must be 1 and stream false", "n" if request.n != 1 else "stream")
-        if max_tokens < 1:
-            raise _Refused(400, f"max_tokens must be at least 1, got {max_tokens}", "max_tokens")
         longest = max(len(p) for p in prompts)
+        if longest >= max_len:  # OpenAI's wording and code for a prompt with no room left to generate
+            raise _Refused(400, f"This model's maximum context length is {max_len} tokens. However, your {prompt_param} resulted in "
+                                f"{longest} tokens. Please reduce the length of the {prompt_param}.", prompt_param, "context_length_exceeded")
+        if max_tokens < 1:
+            raise _Refused(400, f"{limit_param} must be at least 1, got {max_tokens}", limit_param)
         if longest + max_tokens > max_len:
             raise _Refused(400, f"this model's maximum context length is {max_len} tokens; the request asks for "
-                                f"{longest} prompt + {max_tokens} new tokens", "max_tokens")
+                                f"{longest} prompt + {max_tokens} new tokens", limit_param, "context_length_exceeded")
         stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
         with lock:
             return backend.complete(prompts, max_tokens, stop)
