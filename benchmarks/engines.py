@@ -31,8 +31,9 @@ def served(ckpt: str) -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "cfbench.cli", "serve-model", "--ckpt", ckpt, "--port", str(port)],
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cfbench.cli", "serve-model", "--ckpt", ckpt, "--port", str(port)], stderr=subprocess.DEVNULL
+    )
     url = f"http://127.0.0.1:{port}/v1"
     while True:
         try:
@@ -80,8 +81,10 @@ def main() -> None:
         print(f"{name:<24}{seconds:>9.1f}{tokens:>8}{tokens / seconds:>10.1f}")
     (seq_s, _, seq), (lock_s, _, lock), (http_s, _, http) = results.values()
     print(f"hf lockstep / one at a time: {seq_s / lock_s:.2f}x   openai / hf lockstep time: {http_s / lock_s:.3f}x")
-    print(f"same trajectories: lockstep vs one at a time {sum(a == b for a, b in zip(lock, seq))}/{len(lock)}, "
-          f"openai vs hf lockstep {sum(a == b for a, b in zip(http, lock))}/{len(lock)}")
+    print(
+        f"same trajectories: lockstep vs one at a time {sum(a == b for a, b in zip(lock, seq))}/{len(lock)}, "
+        f"openai vs hf lockstep {sum(a == b for a, b in zip(http, lock))}/{len(lock)}"
+    )
 
 
 if __name__ == "__main__":

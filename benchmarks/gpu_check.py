@@ -49,17 +49,33 @@ def build_model(out: Path, size: str) -> None:
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    bpe.train_from_iterator(load_corpus().contents[:texts], trainers.BpeTrainer(
-        vocab_size=vocab, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    bpe.train_from_iterator(
+        load_corpus().contents[:texts],
+        trainers.BpeTrainer(
+            vocab_size=vocab, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+        ),
+    )
     tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    tok.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-                         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    tok.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
     tok.save_pretrained(out)
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers,
-                         num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=8192, initializer_range=0.2,
-                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=tok.pad_token_id,
-                         tie_word_embeddings=True)
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=8192,
+        initializer_range=0.2,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.pad_token_id,
+        tie_word_embeddings=True,
+    )
     LlamaForCausalLM(config).save_pretrained(out)
 
 
@@ -87,9 +103,14 @@ def rollouts(model_dir: Path, device: str, dtype: str, questions: int, knobs) ->
     _sync(device)
     seconds = time.time() - began
     generated = sum(len(tokens.tokenizer(t["generated"], add_special_tokens=False)["input_ids"]) for tr in trajectories for t in tr.turns)
-    return trajectories, {"questions": len(suite), "generation_calls": sum(len(t.turns) for t in trajectories),
-                          "generated_tokens": generated, "seconds": round(seconds, 2), "tokens_per_s": round(generated / seconds, 1),
-                          "bm25_index_s": round(index_s, 2)}
+    return trajectories, {
+        "questions": len(suite),
+        "generation_calls": sum(len(t.turns) for t in trajectories),
+        "generated_tokens": generated,
+        "seconds": round(seconds, 2),
+        "tokens_per_s": round(generated / seconds, 1),
+        "bm25_index_s": round(index_s, 2),
+    }
 
 
 def train_steps(model_dir: Path, device: str, trajectories: list, steps: int, micro_batch: int) -> dict:
@@ -121,10 +142,16 @@ def train_steps(model_dir: Path, device: str, trajectories: list, steps: int, mi
         times.append(time.time() - began)
         norms.append(round(grad_norm, 4))
     steady = times[1:] or times  # the first step includes kernel warm-up
-    return {"steps": steps, "episodes": len(episodes), "tokens_per_step": trained_tokens, "step_seconds": [round(t, 2) for t in times],
-            "tokens_per_s": round(trained_tokens * len(steady) / sum(steady), 1), "grad_norms": norms,
-            "peak_memory_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2) if device == "cuda" else None,
-            "gradient_checkpointing": accelerator.unwrap_model(role.model).is_gradient_checkpointing}
+    return {
+        "steps": steps,
+        "episodes": len(episodes),
+        "tokens_per_step": trained_tokens,
+        "step_seconds": [round(t, 2) for t in times],
+        "tokens_per_s": round(trained_tokens * len(steady) / sum(steady), 1),
+        "grad_norms": norms,
+        "peak_memory_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2) if device == "cuda" else None,
+        "gradient_checkpointing": accelerator.unwrap_model(role.model).is_gradient_checkpointing,
+    }
 
 
 def _sync(device: str) -> None:
@@ -146,11 +173,15 @@ def check(work: Path, device: str, size: str, tiny: bool) -> dict:
     trajectories, generation = rollouts(work / "model", device, dtype, 10 if tiny else 70, knobs)
     training = train_steps(work / "model", device, trajectories, steps=3, micro_batch=5 if tiny else 10)
     shape = AutoConfig.from_pretrained(work / "model")
-    return {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "torch": torch.__version__,
-            "transformers": __import__("transformers").__version__,
-            "model": {"size": size, "hidden": shape.hidden_size, "layers": shape.num_hidden_layers, "vocab": shape.vocab_size,
-                      "dtype": dtype},
-            "knobs": asdict(knobs), "generation": generation, "training": training}
+    return {
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "transformers": __import__("transformers").__version__,
+        "model": {"size": size, "hidden": shape.hidden_size, "layers": shape.num_hidden_layers, "vocab": shape.vocab_size, "dtype": dtype},
+        "knobs": asdict(knobs),
+        "generation": generation,
+        "training": training,
+    }
 
 
 def main() -> int:

@@ -59,9 +59,14 @@ def main() -> None:
 
     # 1. bm25s vs rank_bm25 on identical tokens
     stem = stemmer()
-    tokenize = lambda texts: bm25s.tokenize(texts, stopwords=PARAMS["stopwords"], stemmer=stem, show_progress=False, return_ids=False)
+
+    def tokenize(texts):
+        return bm25s.tokenize(texts, stopwords=PARAMS["stopwords"], stemmer=stem, show_progress=False, return_ids=False)
+
     doc_tokens = tokenize(list(corpus.contents))
-    _, bm25s_build = timed(lambda: bm25s.BM25(k1=PARAMS["k1"], b=PARAMS["b"], method=PARAMS["method"]).index(doc_tokens, show_progress=False))
+    _, bm25s_build = timed(
+        lambda: bm25s.BM25(k1=PARAMS["k1"], b=PARAMS["b"], method=PARAMS["method"]).index(doc_tokens, show_progress=False)
+    )
     with tempfile.TemporaryDirectory() as tmp:
         _, full_build = timed(lambda: build_index(corpus, "bm25", Path(tmp) / "ix"))
         index = open_index(Path(tmp) / "ix", corpus)
@@ -73,8 +78,10 @@ def main() -> None:
     print(f"{'BM25 engine':<14}{'build s':>10}{'queries/s':>12}")
     print(f"{'bm25s':<14}{bm25s_build:>10.2f}{len(queries) / bm25s_query:>12.1f}")
     print(f"{'rank_bm25':<14}{rank_build:>10.2f}{len(queries) / rank_query:>12.1f}")
-    print(f"bm25s vs rank_bm25: build {rank_build / bm25s_build:.2f}x, queries {rank_query / bm25s_query:.1f}x faster; "
-          f"cfbench's whole `index build` (tokenise, index, save) took {full_build:.2f} s\n")
+    print(
+        f"bm25s vs rank_bm25: build {rank_build / bm25s_build:.2f}x, queries {rank_query / bm25s_query:.1f}x faster; "
+        f"cfbench's whole `index build` (tokenise, index, save) took {full_build:.2f} s\n"
+    )
 
     # 2. recall@3
     bm25 = open_index(default_index(corpus, "bm25"), corpus)
@@ -91,8 +98,12 @@ def main() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     index = default_index(corpus, "bm25")
-    server = subprocess.Popen([sys.executable, "-m", "cfbench.cli", "retriever", "serve", "--index", str(index), "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+    server = subprocess.Popen(
+        [sys.executable, "-m", "cfbench.cli", "retriever", "serve", "--index", str(index), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=os.environ.copy(),
+    )
     try:
         for _ in range(600):
             try:

@@ -34,8 +34,12 @@ def start_server(index) -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "cfbench.cli", "retriever", "serve", "--index", str(index), "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+    server = subprocess.Popen(
+        [sys.executable, "-m", "cfbench.cli", "retriever", "serve", "--index", str(index), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=os.environ.copy(),
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
         try:
@@ -49,6 +53,7 @@ def start_server(index) -> tuple[subprocess.Popen, str]:
 
 def small_requests(url: str, questions: list[str], n: int, clients: int, busy: threading.Event) -> tuple[np.ndarray, int]:
     """Latencies in ms, and how many answers came while `busy` was set."""
+
     def one(i: int) -> tuple[float, bool]:
         start = time.perf_counter()
         answer = requests.post(url + "/retrieve", json={"queries": [questions[i % len(questions)]], "topk": 3}, timeout=60)

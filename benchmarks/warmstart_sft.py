@@ -36,10 +36,23 @@ def main() -> None:
         manifest = json.loads((adapter / "manifest.json").read_text())
         size = (adapter / "adapter_model.safetensors").stat().st_size
     seconds, examples = manifest["train_seconds"], manifest["examples"]
-    print(json.dumps({"threads": args.threads, "examples": examples, "tokens": manifest["tokens"], "train_seconds": seconds,
-                      "seconds_per_example": round(seconds / examples, 2), "seconds_per_1k_tokens": round(1000 * seconds / manifest["tokens"], 2),
-                      "cpu_recipe_examples": total, "cpu_recipe_tokens": (tokens := _recipe_tokens(config)),
-                      "cpu_recipe_minutes": round(seconds / manifest["tokens"] * tokens / 60, 1), "adapter_mb": round(size / 1e6, 2)}, indent=2))
+    print(
+        json.dumps(
+            {
+                "threads": args.threads,
+                "examples": examples,
+                "tokens": manifest["tokens"],
+                "train_seconds": seconds,
+                "seconds_per_example": round(seconds / examples, 2),
+                "seconds_per_1k_tokens": round(1000 * seconds / manifest["tokens"], 2),
+                "cpu_recipe_examples": total,
+                "cpu_recipe_tokens": (tokens := _recipe_tokens(config)),
+                "cpu_recipe_minutes": round(seconds / manifest["tokens"] * tokens / 60, 1),
+                "adapter_mb": round(size / 1e6, 2),
+            },
+            indent=2,
+        )
+    )
 
 
 def _recipe_tokens(config: dict) -> int:

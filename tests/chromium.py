@@ -26,9 +26,20 @@ class Chromium:
         if binary is None:
             raise AssertionError("chromium not found: install Debian's chromium (apt-get install chromium); .ci/run does this")
         self.process = subprocess.Popen(
-            [binary, "--headless=new", "--remote-debugging-port=0", f"--user-data-dir={profile}", "--no-sandbox",
-             "--disable-gpu", "--no-first-run", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            [
+                binary,
+                "--headless=new",
+                "--remote-debugging-port=0",
+                f"--user-data-dir={profile}",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.socket = None
         self.calls = 0
         self.events: list[dict] = []

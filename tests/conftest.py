@@ -40,8 +40,16 @@ def tiny_llama(tmp_path_factory):
 
     base = resolve("smollm2-135m").location
     config = AutoConfig.from_pretrained(base)
-    config.update({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
-                   "num_key_value_heads": 1, "head_dim": 32})
+    config.update(
+        {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 32,
+        }
+    )
     out = tmp_path_factory.mktemp("tiny-llama")
     with torch.random.fork_rng():  # seeded weights without reseeding what later tests draw
         torch.manual_seed(0)

@@ -16,17 +16,34 @@ from cfbench.harness.protocol import PROTOCOL_VERSION, Knobs
 from cfbench.harness.runrecord import CONFIG, RESULTS, TRAJECTORIES, dumps
 
 SUITE = {"name": "fixed1325", "path": "tasks/suites/fixed1325.jsonl", "sha256": "a" * 64}
-RETRIEVER = {"kind": "bm25", "params": {"k1": 0.9, "b": 0.4}, "corpus": "tasks/corpus/bundled.jsonl.gz",
-             "corpus_sha256": "c" * 64, "index_sha256": "1" * 64}
+RETRIEVER = {
+    "kind": "bm25",
+    "params": {"k1": 0.9, "b": 0.4},
+    "corpus": "tasks/corpus/bundled.jsonl.gz",
+    "corpus_sha256": "c" * 64,
+    "index_sha256": "1" * 64,
+}
 
 
 def question_ids(per_benchmark: int) -> list[tuple[str, str]]:
     return [(bench, f"{bench}-{i}") for bench in BENCHMARKS for i in range(per_benchmark)]
 
 
-def write_run(path: Path, accuracy: dict[str, float] | float, *, seed: int = 0, per_benchmark: int = 40, model: str = "m",
-              knobs: dict | None = None, retriever: dict | None = None, suite: dict | None = None, engine: str = "hf",
-              threads: int = 2, batch_size: int = 16, ids: list[tuple[str, str]] | None = None) -> Path:
+def write_run(
+    path: Path,
+    accuracy: dict[str, float] | float,
+    *,
+    seed: int = 0,
+    per_benchmark: int = 40,
+    model: str = "m",
+    knobs: dict | None = None,
+    retriever: dict | None = None,
+    suite: dict | None = None,
+    engine: str = "hf",
+    threads: int = 2,
+    batch_size: int = 16,
+    ids: list[tuple[str, str]] | None = None,
+) -> Path:
     """A finished run whose benchmark b answers a share accuracy[b] of its questions correctly."""
     rng = np.random.default_rng(seed)
     rows = []
@@ -34,9 +51,23 @@ def write_run(path: Path, accuracy: dict[str, float] | float, *, seed: int = 0, 
         share = accuracy if isinstance(accuracy, float) else accuracy[bench]
         cover = float(rng.random() < share)
         em = cover * float(rng.random() < 0.7)
-        scores = {"cover_em": cover, "em": em, "sub_em": max(cover, float(rng.random() < 0.05)), "f1": max(em, round(cover * rng.random(), 3))}
-        rows.append({"id": qid, "benchmark": bench, "question": f"q {qid}?", "golden_answers": ["x"], "turns": [],
-                     "prediction": "x" if cover else "y", "scores": scores})
+        scores = {
+            "cover_em": cover,
+            "em": em,
+            "sub_em": max(cover, float(rng.random() < 0.05)),
+            "f1": max(em, round(cover * rng.random(), 3)),
+        }
+        rows.append(
+            {
+                "id": qid,
+                "benchmark": bench,
+                "question": f"q {qid}?",
+                "golden_answers": ["x"],
+                "turns": [],
+                "prediction": "x" if cover else "y",
+                "scores": scores,
+            }
+        )
     config = {
         "record_version": 1,
         "suite": {**(suite or SUITE), "n": len(rows)},
@@ -50,7 +81,15 @@ def write_run(path: Path, accuracy: dict[str, float] | float, *, seed: int = 0, 
     path.mkdir(parents=True)
     (path / CONFIG).write_text(dumps(config) + "\n")
     (path / TRAJECTORIES).write_text("".join(dumps(r) + "\n" for r in rows))
-    results = {**config, "scores": aggregate(rows), "stats": {}, "packages": {}, "python": "3.11", "git_commit": None,
-               "wall_time_s": 1.0, "segments": 1}
+    results = {
+        **config,
+        "scores": aggregate(rows),
+        "stats": {},
+        "packages": {},
+        "python": "3.11",
+        "git_commit": None,
+        "wall_time_s": 1.0,
+        "segments": 1,
+    }
     (path / RESULTS).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     return path

@@ -20,8 +20,12 @@ def free_port() -> int:
 def cli_server(args: list[str], health: str = "/health", wait_s: float = 300.0):
     """Run `python -m cfbench.cli ARGS --port P`; yields http://127.0.0.1:P once `health` answers 200."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "cfbench.cli", *args, "--port", str(port)], env=os.environ.copy(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cfbench.cli", *args, "--port", str(port)],
+        env=os.environ.copy(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + wait_s
     try:

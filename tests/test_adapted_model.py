@@ -18,8 +18,10 @@ def random_adapter(base: str, out, seed: int) -> None:
 
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        model = get_peft_model(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
-                               LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "down_proj"], init_lora_weights=False))
+        model = get_peft_model(
+            AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32),
+            LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "down_proj"], init_lora_weights=False),
+        )
     model.save_pretrained(out, save_embedding_layers=False)
 
 
@@ -52,8 +54,9 @@ def test_the_adapted_name_merges_the_adapter_and_merges_again_when_it_changes(tm
     random_adapter(base.location, adapter, seed=2)
     changed = resolve("smollm2-135m-search")
     assert changed.weights_sha256 not in (merged.weights_sha256, base.weights_sha256)
-    assert json.loads((cache / "models" / "smollm2-135m-search" / "cfbench_source.json").read_text())["adapter_sha256"] == \
-        checkpoints.adapter_hash(adapter)
+    assert json.loads((cache / "models" / "smollm2-135m-search" / "cfbench_source.json").read_text())[
+        "adapter_sha256"
+    ] == checkpoints.adapter_hash(adapter)
 
     (adapter / "adapter_model.safetensors").unlink()
     with pytest.raises(CfbenchError, match=r"adapter .* has no adapter_model.safetensors; restore it from git or export it again"):

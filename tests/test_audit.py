@@ -8,10 +8,10 @@ from click.testing import CliRunner
 
 from cfbench.cli import main
 from cfbench.harness.errors import CfbenchError
-from tests.audit_runs import CASES, CORPUS, make_run, row
 from cfbench.training.audit.audit import audit_run, rates, round_means
-from cfbench.training.audit.report import write_report
 from cfbench.training.audit.judge import GoldJudge, JudgeCache, parse_reference, parse_verdict, reference_prompt, slug
+from cfbench.training.audit.report import write_report
+from tests.audit_runs import CASES, CORPUS, make_run, row
 
 SOURCE = '"Mount Everest"\nMount Everest is the highest mountain.\nIts height is 8849   metres.'
 
@@ -31,18 +31,27 @@ def test_reference_needs_a_quote_from_the_source():
         ref = parse_reference(output, [SOURCE])
         assert (ref.status, ref.reason) == ("unresolved", reason), output
     # a thinking block is dropped, and an echo of the instructions loses to the judge's own last span
-    echoed = ("<think>maybe <reference>unresolved</reference></think> Copy between <quote> and </quote>, answer between <reference> "
-              "and </reference>.\n<quote>8849 metres</quote><reference>8,849 m</reference>")
-    assert parse_reference(echoed, [SOURCE]).to_json() == {"status": "resolved", "answer": "8,849 m", "quote": "8849 metres", "reason": None,
-                                                           "quote_from": 0}
+    echoed = (
+        "<think>maybe <reference>unresolved</reference></think> Copy between <quote> and </quote>, answer between <reference> "
+        "and </reference>.\n<quote>8849 metres</quote><reference>8,849 m</reference>"
+    )
+    assert parse_reference(echoed, [SOURCE]).to_json() == {
+        "status": "resolved",
+        "answer": "8,849 m",
+        "quote": "8849 metres",
+        "reason": None,
+        "quote_from": 0,
+    }
 
 
 # A 2-hop question: the source names the river, the proposer's search found three passages, and only the second
 # says where the river ends. The source's gold answer (Black Sea) is in no sentence of the source itself.
 HOP_SOURCE = '"Vienna"\nVienna lies on the Danube. It is the capital of Austria.'
-HOP_EVIDENCE = [{"turn": 1, "id": "danube-1", "contents": '"Danube"\nThe Danube is the second longest river in Europe.'},
-                {"turn": 1, "id": "danube-2", "contents": '"Danube"\nThe river rises in the Black Forest. It flows into the Black Sea.'},
-                {"turn": 1, "id": "sea", "contents": '"Sea"\nSeas are large bodies of salt water.'}]
+HOP_EVIDENCE = [
+    {"turn": 1, "id": "danube-1", "contents": '"Danube"\nThe Danube is the second longest river in Europe.'},
+    {"turn": 1, "id": "danube-2", "contents": '"Danube"\nThe river rises in the Black Forest. It flows into the Black Sea.'},
+    {"turn": 1, "id": "sea", "contents": '"Sea"\nSeas are large bodies of salt water.'},
+]
 
 
 def test_the_judge_reads_the_proposers_retrieved_passages_and_says_which_one_it_quoted():
@@ -52,18 +61,41 @@ def test_the_judge_reads_the_proposers_retrieved_passages_and_says_which_one_it_
     ref = parse_reference("<quote>It flows into the Black  Sea.</quote><reference>Black Sea</reference>", documents)
     assert (ref.status, ref.quote_from) == ("resolved", 2)
     assert parse_reference("<quote>It flows into the Black Sea.</quote><reference>Black Sea</reference>", [HOP_SOURCE]).reason == (
-        "the quote is in none of the evidence documents")  # what the source-only judge did: unresolved
+        "the quote is in none of the evidence documents"
+    )  # what the source-only judge did: unresolved
 
 
 def test_a_2_hop_question_resolved_from_the_second_retrieved_passage_with_coverage_by_hops(tmp_path):
-    run = make_run(tmp_path / "run", corpus_rows=[*CORPUS, {"id": "vienna", "contents": HOP_SOURCE, "answers": ["Black Sea"]}],
-                   cases={2: [row(2, 1, 0, "vienna", "Black Sea", ["Black Sea", "North Sea"], "Into which sea flows Vienna's river?", hops=2,
-                                  evidence=HOP_EVIDENCE, contents=HOP_SOURCE),
-                              row(2, 1, 1, "paris", "Paris", ["Paris"], "Which city is the capital of France?")]})
+    run = make_run(
+        tmp_path / "run",
+        corpus_rows=[*CORPUS, {"id": "vienna", "contents": HOP_SOURCE, "answers": ["Black Sea"]}],
+        cases={
+            2: [
+                row(
+                    2,
+                    1,
+                    0,
+                    "vienna",
+                    "Black Sea",
+                    ["Black Sea", "North Sea"],
+                    "Into which sea flows Vienna's river?",
+                    hops=2,
+                    evidence=HOP_EVIDENCE,
+                    contents=HOP_SOURCE,
+                ),
+                row(2, 1, 1, "paris", "Paris", ["Paris"], "Which city is the capital of France?"),
+            ]
+        },
+    )
     record = audit_run(run, GoldJudge(run / "corpus.jsonl"), tmp_path / "judged")
     two_hop = json.loads((tmp_path / "judged" / "step-2.jsonl").read_text().splitlines()[0])
-    assert two_hop["reference"] == {"status": "resolved", "answer": "Black Sea", "quote": "It flows into the Black Sea.", "reason": None,
-                                    "quote_from": 2}
+    assert two_hop["reference"] == {
+        "status": "resolved",
+        "answer": "Black Sea",
+        "quote": "It flows into the Black Sea.",
+        "reason": None,
+        "quote_from": 2,
+    }
     assert [x["correct"] for x in two_hop["responses"]] == [True, False] and two_hop["evidence"] == HOP_EVIDENCE
     assert [(h["hops"], h["questions"], h["resolved_questions"], h["coverage"]) for h in record["hops"]] == [(1, 1, 1, 1.0), (2, 1, 1, 1.0)]
     write_report([record], [run], tmp_path / "report")
@@ -78,8 +110,10 @@ def test_verdict_parsing():
 def test_gold_judge_references_and_verdicts(tmp_path):
     run = make_run(tmp_path / "run")
     judge = GoldJudge(run / "corpus.jsonl")
-    rows = [{"source_id": s, "source": r["source"], "question": "?", "evidence": []} for s, r in
-            [("everest", CASES[1][1]), ("nile", CASES[1][2]), ("moon", CASES[3][0])]]
+    rows = [
+        {"source_id": s, "source": r["source"], "question": "?", "evidence": []}
+        for s, r in [("everest", CASES[1][1]), ("nile", CASES[1][2]), ("moon", CASES[3][0])]
+    ]
     everest, nile, moon = judge.references(rows)
     assert (everest.status, everest.answer, everest.quote) == ("resolved", "8849 metres", "Its height is 8849 metres above sea level.")
     assert nile.reason == "the source has no gold answer" and moon.reason == "no gold answer occurs in a sentence of the evidence"
@@ -92,11 +126,35 @@ def test_step_and_round_rates_by_hand(tmp_path):
     record = audit_run(run, GoldJudge(run / "corpus.jsonl"), tmp_path / "judged")
     steps = {s["step"]: s for s in record["steps"]}
     assert steps[1] | {"coverage": round(steps[1]["coverage"], 6)} == {
-        "step": 1, "round": 1, "phase": "proposer", "questions": 3, "resolved_questions": 2, "pairs": 15, "resolved_pairs": 10,
-        "coverage": round(10 / 15, 6), "T_P": 0.5, "T_S": 0.5, "A": 0.5, "F": 0.2, "L": 0.2}
+        "step": 1,
+        "round": 1,
+        "phase": "proposer",
+        "questions": 3,
+        "resolved_questions": 2,
+        "pairs": 15,
+        "resolved_pairs": 10,
+        "coverage": round(10 / 15, 6),
+        "T_P": 0.5,
+        "T_S": 0.5,
+        "A": 0.5,
+        "F": 0.2,
+        "L": 0.2,
+    }
     # every response agrees with a wrong label: all agreement is false agreement
-    assert {k: steps[2][k] for k in ("T_P", "T_S", "A", "F", "L", "coverage")} == {"T_P": 0.0, "T_S": 0.0, "A": 1.0, "F": 1.0, "L": 0.0, "coverage": 1.0}
-    assert {k: steps[3][k] for k in ("T_P", "F", "resolved_pairs", "coverage")} == {"T_P": None, "F": None, "resolved_pairs": 0, "coverage": 0.0}
+    assert {k: steps[2][k] for k in ("T_P", "T_S", "A", "F", "L", "coverage")} == {
+        "T_P": 0.0,
+        "T_S": 0.0,
+        "A": 1.0,
+        "F": 1.0,
+        "L": 0.0,
+        "coverage": 1.0,
+    }
+    assert {k: steps[3][k] for k in ("T_P", "F", "resolved_pairs", "coverage")} == {
+        "T_P": None,
+        "F": None,
+        "resolved_pairs": 0,
+        "coverage": 0.0,
+    }
     r1, r2 = record["rounds"]
     assert r1["steps"] == 2 and r1["steps_with_pairs"] == 2
     assert pytest.approx([r1[k] for k in ("T_P", "T_S", "A", "F", "L", "coverage")]) == [0.25, 0.25, 0.75, 0.6, 0.1, (10 / 15 + 1) / 2]
@@ -112,14 +170,21 @@ def test_step_and_round_rates_by_hand(tmp_path):
 
 def test_a_round_is_the_mean_of_its_step_rates_not_of_pairs():
     # step 1: 1 of 1 pair false agreement; step 2: 0 of 9. Pooled pairs would give 0.1, the protocol's mean of rates 0.5.
-    steps = [{"step": 1, "round": 1, "resolved_pairs": 1, "coverage": 1.0, "T_P": 0.0, "T_S": 0.0, "A": 1.0, "F": 1.0, "L": 0.0},
-             {"step": 2, "round": 1, "resolved_pairs": 9, "coverage": 1.0, "T_P": 1.0, "T_S": 1.0, "A": 1.0, "F": 0.0, "L": 0.0}]
+    steps = [
+        {"step": 1, "round": 1, "resolved_pairs": 1, "coverage": 1.0, "T_P": 0.0, "T_S": 0.0, "A": 1.0, "F": 1.0, "L": 0.0},
+        {"step": 2, "round": 1, "resolved_pairs": 9, "coverage": 1.0, "T_P": 1.0, "T_S": 1.0, "A": 1.0, "F": 0.0, "L": 0.0},
+    ]
     assert round_means(steps)[0]["F"] == 0.5
 
 
 def test_unreadable_verdict_leaves_the_pair_unresolved():
-    judged = [{"reference": {"status": "resolved"}, "label": {"correct": False},
-               "responses": [{"correct": None, "matches_label": True}, {"correct": False, "matches_label": True}]}]
+    judged = [
+        {
+            "reference": {"status": "resolved"},
+            "label": {"correct": False},
+            "responses": [{"correct": None, "matches_label": True}, {"correct": False, "matches_label": True}],
+        }
+    ]
     r = rates(judged)
     assert (r["pairs"], r["resolved_pairs"], r["coverage"], r["F"]) == (2, 1, 0.5, 1.0)
 
@@ -151,10 +216,13 @@ def test_cli_audits_several_runs_into_one_report(tmp_path):
     assert (runs[1] / "judged" / "reference" / "audit.json").is_file() and (tmp_path / "report" / "cost.md").is_file()
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--judge", "gpt4"], "unknown --judge 'gpt4'; use openai:MODEL@URL, hf:MODEL_OR_DIR or reference"),
-    (["--judge", "openai:qwen"], "--judge 'openai:qwen': write openai:MODEL@URL"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--judge", "gpt4"], "unknown --judge 'gpt4'; use openai:MODEL@URL, openai:MODEL (hosted), hf:MODEL_OR_DIR or reference"),
+        (["--judge", "openai:qwen@ftp://host"], "--judge 'openai:qwen@ftp://host': write openai:MODEL@URL"),
+    ],
+)
 def test_bad_judge_spec(tmp_path, args, message):
     run = make_run(tmp_path / "run")
     result = CliRunner().invoke(main, ["audit", str(run), *args])
@@ -191,13 +259,21 @@ def test_judge_slugs():
 def test_false_agreement_by_label_provenance(tmp_path):
     """CASES with label provenance: paris (step 1) from a solver new to the source, everest (step 1) from one that had trained
     on it, everest "K2" (step 2) a proposer draft; moon (step 3) is unresolved. Hand counts: F 0, 2/5 and 5/5."""
-    said = {"s1-t0": {"model": "main", "trained_on_this_source": False}, "s1-t1": {"model": "main", "trained_on_this_source": True},
-            "s2-t0": {"model": "proposer", "trained_on_this_source": True}}
+    said = {
+        "s1-t0": {"model": "main", "trained_on_this_source": False},
+        "s1-t1": {"model": "main", "trained_on_this_source": True},
+        "s2-t0": {"model": "proposer", "trained_on_this_source": True},
+    }
     cases = {step: [r | {"label_provenance": said.get(r["task_id"])} for r in rows] for step, rows in CASES.items()}
     record = audit_run(make_run(tmp_path / "run", cases=cases), GoldJudge(tmp_path / "run" / "corpus.jsonl"), tmp_path / "judged")
     assert [(g["label_from"], g["questions"], g["resolved_pairs"], g["F"], g["L"]) for g in record["labels"]] == [
-        ("solver trained on the source", 1, 5, 0.4, 0.4), ("solver not trained on the source", 1, 5, 0.0, 0.0),
-        ("proposer", 1, 5, 1.0, 0.0), ("unrecorded", 2, 0, None, None)]  # nile (no gold) and moon: no label provenance given
+        ("solver trained on the source", 1, 5, 0.4, 0.4),
+        ("solver not trained on the source", 1, 5, 0.0, 0.0),
+        ("proposer", 1, 5, 1.0, 0.0),
+        ("unrecorded", 2, 0, None, None),
+    ]  # nile (no gold) and moon: no label provenance given
     write_report([record], [tmp_path / "run"], tmp_path / "report")
-    assert "| dr-zero | solver trained on the source | 1 | 1 | 0.000 | 0.400 | 0.400 | 0.400 | 0.400 | 1.000 |" in (
-        tmp_path / "report" / "audit.md").read_text()
+    assert (
+        "| dr-zero | solver trained on the source | 1 | 1 | 0.000 | 0.400 | 0.400 | 0.400 | 0.400 | 1.000 |"
+        in (tmp_path / "report" / "audit.md").read_text()
+    )

@@ -11,14 +11,16 @@ from click.testing import CliRunner
 
 from cfbench.cli import main
 from cfbench.harness.errors import CfbenchError
+from cfbench.training.audit.audit import CACHE_FILE, audit_run
+from cfbench.training.audit.judge import Reference, Verdict, judge_for, parse_reference, slug
 from tests.audit_runs import CORPUS, SOURCES, make_run, row
 from tests.openai_stub import openai_stub
 from tests.servers import cli_server
-from cfbench.training.audit.audit import CACHE_FILE, audit_run
-from cfbench.training.audit.judge import Reference, Verdict, judge_for, parse_reference, slug
 
-CASES = {1: [row(1, 1, 0, "paris", "Paris", ["Paris", "Lyon"], "Which city is the capital of France?")],
-         2: [row(2, 1, 0, "everest", "8000 metres", ["8849 metres", "eight"], "How high is Mount Everest?")]}
+CASES = {
+    1: [row(1, 1, 0, "paris", "Paris", ["Paris", "Lyon"], "Which city is the capital of France?")],
+    2: [row(2, 1, 0, "everest", "8000 metres", ["8849 metres", "eight"], "How high is Mount Everest?")],
+}
 
 
 @pytest.mark.slow
@@ -35,14 +37,19 @@ def test_openai_judge_on_loopback_then_a_rerun_from_the_cache_alone(tmp_path):
             cached = [json.loads(x)["output"] for x in (out / CACHE_FILE).read_text().splitlines()]
             assert any(parse_reference(c, [SOURCES[q["source_id"]]]).to_json() == q["reference"] for c in cached)
         # verdicts the rules cannot settle go to the judge too
-        asked = [({"question": "How high is Mount Everest?"}, Reference("resolved", "8849 metres", "8849 metres", None), c)
-                 for c in ["8,849 m", "eight thousand", "8849 metres"]]
+        asked = [
+            ({"question": "How high is Mount Everest?"}, Reference("resolved", "8849 metres", "8849 metres", None), c)
+            for c in ["8,849 m", "eight thousand", "8849 metres"]
+        ]
         verdicts = judge.verdicts(asked)
         assert [v.by for v in verdicts] == ["judge", "judge", "match"] and judge.sent == first["judge_requests"]["sent"] + 2
     # the server is gone: the rerun is answered from the cache alone, with the same judgements
     result = CliRunner().invoke(main, ["audit", str(run), "--judge", f"openai:smollm2@{url}/v1"])
     assert result.exit_code == 0, result.stderr
-    assert f"judge requests {first['judge_requests']['needed']} (0 sent, {first['judge_requests']['needed']} from the cache)" in result.stderr.replace("\n", " ")
+    assert (
+        f"judge requests {first['judge_requests']['needed']} (0 sent, {first['judge_requests']['needed']} from the cache)"
+        in result.stderr.replace("\n", " ")
+    )
     assert {p.name: p.read_text() for p in out.glob("step-*.jsonl")} == steps
     again = json.loads((out / "audit.json").read_text())
     assert again["steps"] == first["steps"] and again["judge_requests"] == {"needed": first["judge_requests"]["needed"], "sent": 0}
@@ -65,12 +72,20 @@ def test_hf_judge_in_process_caches_by_exact_inputs(tmp_path):
 
 def test_openai_judge_sends_key_effort_and_budget_and_the_hosted_api_needs_a_key(tmp_path, monkeypatch):
     yes = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "<think>same city</think>Yes"}, "finish_reason": "stop"}]}
-    item = ({"question": "Which city is the capital of France?"}, Reference("resolved", "Paris", "Paris is the capital", None),
-            "the French capital")
+    item = (
+        {"question": "Which city is the capital of France?"},
+        Reference("resolved", "Paris", "Paris is the capital", None),
+        "the French capital",
+    )
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env-456")
     with openai_stub(lambda path, body: (200, yes)) as (url, received):
-        reasoning = judge_for(f"openai:stub-model@{url}", tmp_path / "corpus.jsonl", tmp_path / "a" / CACHE_FILE,
-                              reasoning_effort="low", max_output_tokens=512)
+        reasoning = judge_for(
+            f"openai:stub-model@{url}",
+            tmp_path / "corpus.jsonl",
+            tmp_path / "a" / CACHE_FILE,
+            reasoning_effort="low",
+            max_output_tokens=512,
+        )
         greedy = judge_for(f"openai:stub-model@{url}", tmp_path / "corpus.jsonl", tmp_path / "b" / CACHE_FILE)
         assert reasoning.verdicts([item]) == greedy.verdicts([item]) == [Verdict(True, "judge")]
     assert [r["path"] for r in received] == ["/v1/chat/completions"] * 2

@@ -11,7 +11,9 @@ from evidence import top3_recall
 # Share of questions with a gold passage in BM25's top 3 over the bundled corpus, measured on
 # fixed1325 (2026-12-02): nq .805, popqa .819, hotpotqa .895, 2wiki .950, musique .760. The floors
 # sit a few points below; a broken tokenizer, stemmer or scorer falls far under them.
-@pytest.mark.parametrize("benchmark,floor", [("nq", 0.77), ("popqa", 0.78), ("hotpotqa", 0.86), ("2wikimultihopqa", 0.92), ("musique", 0.72)])
+@pytest.mark.parametrize(
+    "benchmark,floor", [("nq", 0.77), ("popqa", 0.78), ("hotpotqa", 0.86), ("2wikimultihopqa", 0.92), ("musique", 0.72)]
+)
 def test_gold_passages_rank_in_the_top_3(bm25, benchmark, floor):
     assert top3_recall(bm25, benchmark) >= floor
 

@@ -37,10 +37,13 @@ def test_hash_mismatch(tmp_path, monkeypatch):
     assert code == 2 and len(lines) == 1 and "does not match the manifest" in lines[0]
 
 
-@pytest.mark.parametrize("ckpt,message", [
-    ("./no/such/dir", "checkpoint './no/such/dir' not found"),
-    ("not-a-model", "checkpoint 'not-a-model' not found"),
-])
+@pytest.mark.parametrize(
+    "ckpt,message",
+    [
+        ("./no/such/dir", "checkpoint './no/such/dir' not found"),
+        ("not-a-model", "checkpoint 'not-a-model' not found"),
+    ],
+)
 def test_missing_checkpoint(tmp_path, ckpt, message):
     code, lines = run("--ckpt", ckpt, "--suite", "mini", "--out", str(tmp_path / "r"))
     assert code == 2 and len(lines) == 1 and message in lines[0]
@@ -64,13 +67,16 @@ def test_out_of_range_knob(tmp_path):
     assert code == 2 and len(lines) == 1 and "knob topk must be an integer >= 1, got 0" in lines[0]
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--backend", "vllm", "--ckpt", "smollm2-135m"], "--backend vllm needs vLLM (CUDA only)"),
-    (["--backend", "openai", "--model", "m"], "--backend openai needs --base-url URL and --model NAME"),
-    (["--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--ckpt", "smollm2-135m"], "drop --ckpt"),
-    (["--backend", "hf"], "--backend hf needs --ckpt"),
-    (["--ckpt", "smollm2-135m", "--base-url", "http://127.0.0.1:9/v1"], "are for --backend openai"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--backend", "vllm", "--ckpt", "smollm2-135m"], "--backend vllm needs vLLM (CUDA only)"),
+        (["--backend", "openai", "--model", "m"], "--backend openai needs --base-url URL and --model NAME"),
+        (["--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--ckpt", "smollm2-135m"], "drop --ckpt"),
+        (["--backend", "hf"], "--backend hf needs --ckpt"),
+        (["--ckpt", "smollm2-135m", "--base-url", "http://127.0.0.1:9/v1"], "are for --backend openai"),
+    ],
+)
 def test_engine_options_that_do_not_fit(tmp_path, args, message):
     code, lines = run(*args, "--suite", "mini", "--out", str(tmp_path / "r"))
     assert code == 2 and len(lines) == 1 and message in lines[0]
@@ -101,6 +107,8 @@ def test_leaderboard_add_of_a_suite_named_like_a_file_in_the_root(tmp_path):
     run_dir = write_run(tmp_path / "run", 0.5, suite={**SUITE, "name": "README.md"})
     result = CliRunner().invoke(main, ["leaderboard", "add", str(run_dir), "--root", str(root)])
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert result.exit_code == 2 and lines == [f"error: {run_dir / 'results.json'}: suite 'README.md' names the file {root / 'README.md'}, "
-                                               "not a leaderboard folder; rename the suite (suite.name) or choose another --root"]
+    assert result.exit_code == 2 and lines == [
+        f"error: {run_dir / 'results.json'}: suite 'README.md' names the file {root / 'README.md'}, "
+        "not a leaderboard folder; rename the suite (suite.name) or choose another --root"
+    ]
     assert (root / "README.md").read_text() == "# Leaderboards\n"

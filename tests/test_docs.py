@@ -32,8 +32,9 @@ def dangling(text: str, known: set[str]) -> list[tuple[int, str]]:
 
 def tree() -> list[Path]:
     """Tracked files and new ones git does not ignore: what a clone or the next commit holds."""
-    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            capture_output=True, text=True, check=True).stdout
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"], capture_output=True, text=True, check=True
+    ).stdout
     return [REPO / name for name in dict.fromkeys(listed.split("\0")) if name and not name.endswith(BINARY) and (REPO / name).is_file()]
 
 

@@ -23,7 +23,14 @@ from cfbench.harness.suite import load_suite
 pytestmark = pytest.mark.slow  # Every test here runs the real SmolLM2-135M.
 
 KNOBS = Knobs(max_new_tokens=12, max_searches=1)
-CLI_KNOBS = ["--max-new-tokens", "6", "--max-searches", "1", "--batch-size", "1"]  # 8 batches: a kill lands mid-run even on a loaded machine
+CLI_KNOBS = [
+    "--max-new-tokens",
+    "6",
+    "--max-searches",
+    "1",
+    "--batch-size",
+    "1",
+]  # 8 batches: a kill lands mid-run even on a loaded machine
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +50,7 @@ def test_greedy_decoder_matches_transformers_generate(smollm2):
         tokenizer = smollm2.tokens.tokenizer
         enc = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
         out = smollm2.model.generate(**enc, max_new_tokens=24, do_sample=False, pad_token_id=tokenizer.eos_token_id)
-        assert text == tokenizer.decode(out[0, enc.input_ids.shape[1]:], skip_special_tokens=True)
+        assert text == tokenizer.decode(out[0, enc.input_ids.shape[1] :], skip_special_tokens=True)
 
 
 def test_stop_strings_end_generation_and_are_kept(smollm2):
@@ -68,8 +75,13 @@ def test_two_runs_are_byte_identical(tmp_path, smollm2, bm25, small_suite):
 
 
 def cli(*args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "cfbench.cli", "eval", "--ckpt", "smollm2-135m", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "cfbench.cli", "eval", "--ckpt", "smollm2-135m", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["SIGINT", "SIGTERM", "SIGKILL"])

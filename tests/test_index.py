@@ -24,7 +24,9 @@ def write(path, rows):
 
 
 def test_manifest_records_what_was_built(tmp_path):
-    corpus = load_corpus(write(tmp_path / "c.jsonl", [{"id": "a", "title": "Tee", "text": "alpha beta"}, {"id": "b", "contents": '"Uu"\ngamma'}]))
+    corpus = load_corpus(
+        write(tmp_path / "c.jsonl", [{"id": "a", "title": "Tee", "text": "alpha beta"}, {"id": "b", "contents": '"Uu"\ngamma'}])
+    )
     manifest = read_manifest(build_index(corpus, "bm25", tmp_path / "ix"))
     assert manifest["kind"] == "bm25" and manifest["corpus"]["sha256"] == corpus.sha256 and manifest["corpus"]["n"] == 2
     assert manifest["params"]["k1"] == 0.9 and manifest["build_seconds"] >= 0
@@ -61,7 +63,9 @@ def test_lucene_names_its_java_21_requirement():
 # Gold passage in the top 3 for fixed1325 questions with evidence, all-MiniLM-L6-v2 (shipped
 # embeddings) over the bundled corpus, measured 2026-12-02: nq .945, popqa .957, hotpotqa .915,
 # 2wiki .925, musique .860 (benchmarks/retrieval.py prints them). Floors sit a few points below.
-@pytest.mark.parametrize("benchmark,floor", [("nq", 0.92), ("popqa", 0.92), ("hotpotqa", 0.89), ("2wikimultihopqa", 0.90), ("musique", 0.82)])
+@pytest.mark.parametrize(
+    "benchmark,floor", [("nq", 0.92), ("popqa", 0.92), ("hotpotqa", 0.89), ("2wikimultihopqa", 0.90), ("musique", 0.82)]
+)
 def test_dense_ranks_gold_passages_in_the_top_3(dense, benchmark, floor):
     assert top3_recall(dense, benchmark) >= floor
 
@@ -92,7 +96,9 @@ def test_index_build_cli(tmp_path):
 
     from cfbench.cli import main
 
-    corpus = write(tmp_path / "c.jsonl", [{"id": "a", "title": "Alpha", "text": "first letter"}, {"id": "b", "contents": '"Beta"\nsecond letter'}])
+    corpus = write(
+        tmp_path / "c.jsonl", [{"id": "a", "title": "Alpha", "text": "first letter"}, {"id": "b", "contents": '"Beta"\nsecond letter'}]
+    )
     ok = CliRunner().invoke(main, ["index", "build", "--corpus", str(corpus), "--kind", "bm25", "--out", str(tmp_path / "ix")])
     assert ok.exit_code == 0, ok.stderr
     assert [h.id for h in open_index(tmp_path / "ix").search(["second"], 1)[0]] == ["b"]

@@ -1,4 +1,5 @@
 """The shared file helpers: one JSON rule, atomic files and directories."""
+
 import json
 
 import pytest
@@ -10,8 +11,7 @@ def test_one_rule_keeps_non_ascii_as_utf8_and_sorts_keys(tmp_path):
     path = tmp_path / "rows.jsonl"
     jsonl.write_jsonl(path, [{"q": "Wer schrieb „Faust“?", "id": "a"}, {"b": 1, "a": "東京"}])
     assert path.read_bytes() == '{"id": "a", "q": "Wer schrieb „Faust“?"}\n{"a": "東京", "b": 1}\n'.encode()
-    assert [row for _, row in jsonl.iter_rows(path, path.read_bytes())] == [{"id": "a", "q": "Wer schrieb „Faust“?"},
-                                                                            {"a": "東京", "b": 1}]
+    assert [row for _, row in jsonl.iter_rows(path, path.read_bytes())] == [{"id": "a", "q": "Wer schrieb „Faust“?"}, {"a": "東京", "b": 1}]
     assert jsonl.json_text({"b": "é", "a": 1}) == '{\n  "a": 1,\n  "b": "é"\n}\n'
 
 

@@ -1,5 +1,6 @@
 """The package's layers point one way (issue 17): evaluation never needs training, and an install puts
 only `cfbench` into site-packages."""
+
 import ast
 import json
 import shutil
@@ -34,9 +35,13 @@ def imported_modules(path: Path, root: Path = REPO) -> set[str]:
 
 
 def test_no_module_imports_a_layer_above_it():
-    violations = [f"{path.relative_to(REPO)} imports {name}"
-                  for layer, forbidden in FORBIDDEN for path in sorted((PACKAGE / layer).rglob("*.py"))
-                  for name in sorted(imported_modules(path)) if name.startswith(forbidden)]
+    violations = [
+        f"{path.relative_to(REPO)} imports {name}"
+        for layer, forbidden in FORBIDDEN
+        for path in sorted((PACKAGE / layer).rglob("*.py"))
+        for name in sorted(imported_modules(path))
+        if name.startswith(forbidden)
+    ]
     assert violations == []
 
 
@@ -59,8 +64,7 @@ for name in names:
     importlib.import_module(name)
 print(json.dumps({"imported": names, "training": sorted(m for m in sys.modules if m.startswith("cfbench.training"))}))
 """
-    out = json.loads(subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True,
-                                    check=True).stdout)
+    out = json.loads(subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True).stdout)
     assert {"cfbench.harness.cli", "cfbench.harness.retrievers.bm25", "cfbench.leaderboard.cli"} <= set(out["imported"])
     assert out["training"] == []
 
@@ -71,10 +75,12 @@ def test_the_built_wheel_installs_only_the_cfbench_package(tmp_path):
     would make this slow."""
     shutil.copy(REPO / "pyproject.toml", tmp_path)
     shutil.copy(REPO / "README.md", tmp_path)
-    shutil.copytree(PACKAGE, tmp_path / "cfbench", ignore=lambda d, names: [
-        n for n in names if n == "__pycache__" or ((Path(d) / n).is_file() and not n.endswith(".py"))])
+    shutil.copytree(
+        PACKAGE,
+        tmp_path / "cfbench",
+        ignore=lambda d, names: [n for n in names if n == "__pycache__" or ((Path(d) / n).is_file() and not n.endswith(".py"))],
+    )
     (tmp_path / "out").mkdir()
     script = "import setuptools.build_meta as b; print(b.prepare_metadata_for_build_wheel('out'))"
-    dist_info = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
-                               check=True).stdout.split()[-1]
+    dist_info = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True).stdout.split()[-1]
     assert (tmp_path / "out" / dist_info / "top_level.txt").read_text().split() == ["cfbench"]

@@ -21,7 +21,7 @@ from cfbench.leaderboard.store import load_run
 from leaderboard_runs import RETRIEVER, write_run
 from scripted import ScriptedBackend, question_of
 
-ACCURACY = {"nq": .45, "triviaqa": .6, "popqa": .35, "hotpotqa": .3, "2wikimultihopqa": .3, "musique": .1, "bamboogle": .2}
+ACCURACY = {"nq": 0.45, "triviaqa": 0.6, "popqa": 0.35, "hotpotqa": 0.3, "2wikimultihopqa": 0.3, "musique": 0.1, "bamboogle": 0.2}
 WORSE = {b: v / 2 for b, v in ACCURACY.items()}
 OUTPUTS = ("README.md", "results.csv", "results.json", "results.tex", "index.html")
 REPO = Path(__file__).resolve().parents[1]
@@ -92,7 +92,9 @@ def test_a_record_written_by_eval_is_stored_and_ranked(tmp_path, bm25):
     entry = root / "mini" / "runs" / load_run(tmp_path / "run").id
     assert json.loads((entry / "results.json").read_text()) == results
     (table,) = build(root / "mini")["tables"]
-    assert table["runs"][0]["name"] == "scripted" and table["runs"][0]["scores"]["avg7"]["em"]["value"] == round(results["scores"]["avg7"]["em"], 4)
+    assert table["runs"][0]["name"] == "scripted" and table["runs"][0]["scores"]["avg7"]["em"]["value"] == round(
+        results["scores"]["avg7"]["em"], 4
+    )
     assert table["comparable_on"]["retriever"]["index_sha256"] == results["retriever"]["index_sha256"]
     assert "corpus" not in table["comparable_on"]["retriever"]  # a path: where the corpus was, not what it holds
 
@@ -102,8 +104,16 @@ def test_guard_sets_apart_what_differs_and_keeps_engine_settings_together(tmp_pa
     add(root, write_run(tmp_path / "a", ACCURACY, seed=1, model="a"))
     # Engine, threads and batch size are what is compared, so they never split a table.
     add(root, write_run(tmp_path / "b", WORSE, seed=2, model="b", engine="vllm", threads=8, batch_size=64))
-    add(root, write_run(tmp_path / "c", ACCURACY, seed=3, model="c", knobs={"topk": 5, "max_searches": 4, "max_new_tokens": 500,
-                                                                            "max_obs_tokens": 500, "max_context_tokens": 4096}))
+    add(
+        root,
+        write_run(
+            tmp_path / "c",
+            ACCURACY,
+            seed=3,
+            model="c",
+            knobs={"topk": 5, "max_searches": 4, "max_new_tokens": 500, "max_obs_tokens": 500, "max_context_tokens": 4096},
+        ),
+    )
     # The same index served from elsewhere is the same retriever; another index is not.
     add(root, write_run(tmp_path / "d", ACCURACY, seed=4, model="d", retriever={**RETRIEVER, "corpus": "/elsewhere/corpus.jsonl"}))
     add(root, write_run(tmp_path / "e", ACCURACY, seed=5, model="e", retriever={**RETRIEVER, "index_sha256": "2" * 64}))
@@ -119,14 +129,15 @@ def test_guard_sets_apart_what_differs_and_keeps_engine_settings_together(tmp_pa
     assert tables[("c",)]["set_apart_because"] == ["protocol.knobs.topk: 5 vs 3"]
     assert tables[("e",)]["set_apart_because"] == [f"retriever.index_sha256: {'2' * 64} vs {'1' * 64}"]
     readme = (root / "fixed1325" / "README.md").read_text()
-    assert readme.count("## Set apart (") == 2 and "Set apart because (this group vs the ranked runs): protocol.knobs.topk: 5 vs 3." in readme
+    assert (
+        readme.count("## Set apart (") == 2 and "Set apart because (this group vs the ranked runs): protocol.knobs.topk: 5 vs 3." in readme
+    )
 
 
 def test_other_suite_hash_or_metric_version_is_set_apart(tmp_path):
     root = tmp_path / "lb"
     add(root, write_run(tmp_path / "a", ACCURACY, seed=1, model="a"))
-    add(root, write_run(tmp_path / "b", ACCURACY, seed=2, model="b",
-                        suite={"name": "fixed1325", "path": "x.jsonl", "sha256": "b" * 64}))
+    add(root, write_run(tmp_path / "b", ACCURACY, seed=2, model="b", suite={"name": "fixed1325", "path": "x.jsonl", "sha256": "b" * 64}))
     for seed in (3, 4):  # two runs under an older metric version: more runs, still not the ranked table
         other = write_run(tmp_path / f"c{seed}", ACCURACY, seed=seed, model="c")
         for name in ("run.json", "results.json"):
@@ -158,8 +169,12 @@ def test_compare_prints_deltas_and_refuses_incomparable_runs(tmp_path):
     add(root, weak)
     assert cli("compare", strong, root / "fixed1325" / "runs" / load_run(weak).id)[1] == out
 
-    topk = write_run(tmp_path / "topk", ACCURACY, seed=3, knobs={"topk": 5, "max_searches": 4, "max_new_tokens": 500,
-                                                                 "max_obs_tokens": 500, "max_context_tokens": 4096})
+    topk = write_run(
+        tmp_path / "topk",
+        ACCURACY,
+        seed=3,
+        knobs={"topk": 5, "max_searches": 4, "max_new_tokens": 500, "max_obs_tokens": 500, "max_context_tokens": 4096},
+    )
     code, _, lines = cli("compare", strong, topk)
     assert code == 2 and len(lines) == 1 and "are not comparable (protocol.knobs.topk: 3 vs 5)" in lines[0]
     disjoint = write_run(tmp_path / "disjoint", ACCURACY, seed=4, ids=[(b, f"other-{b}-{i}") for b in BENCHMARKS for i in range(40)])

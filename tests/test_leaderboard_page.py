@@ -23,17 +23,20 @@ CELLS = """Array.from(document.querySelectorAll("table.sortable[id^=t]")).map(ta
   }))
 }))"""
 ORDER = 'Array.from(document.querySelectorAll("#t0-benchmarks tbody tr")).map(tr => tr.dataset.run)'
-CLICK = 'document.querySelector("#t0-benchmarks th[data-key={key}]").click(); document.querySelector("#t0-benchmarks th[data-key={key}]").getAttribute("aria-sort")'
+CLICK = (
+    'document.querySelector("#t0-benchmarks th[data-key={key}]").click(); '
+    'document.querySelector("#t0-benchmarks th[data-key={key}]").getAttribute("aria-sort")'
+)
 
 
 @pytest.fixture(scope="module")
 def board(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("page")
     root = tmp / "lb"
-    base = {"nq": .45, "triviaqa": .6, "popqa": .35, "hotpotqa": .3, "2wikimultihopqa": .3, "musique": .1, "bamboogle": .2}
+    base = {"nq": 0.45, "triviaqa": 0.6, "popqa": 0.35, "hotpotqa": 0.3, "2wikimultihopqa": 0.3, "musique": 0.1, "bamboogle": 0.2}
     # Three comparable runs whose order on nq differs from their rank, and one set apart (topk 5).
     for name, seed, scale in (("first", 1, 1.0), ("second", 2, 0.8), ("third", 3, 0.6)):
-        acc = {b: v * scale for b, v in base.items()} | {"nq": {"first": .3, "second": .7, "third": .5}[name]}
+        acc = {b: v * scale for b, v in base.items()} | {"nq": {"first": 0.3, "second": 0.7, "third": 0.5}[name]}
         add(load_run(write_run(tmp / name, acc, seed=seed, model=name)), root, {})
     knobs = {"topk": 5, "max_searches": 4, "max_new_tokens": 500, "max_obs_tokens": 500, "max_context_tokens": 4096}
     add(load_run(write_run(tmp / "apart", base, seed=4, model="apart", knobs=knobs)), root, {})
@@ -64,10 +67,12 @@ def test_rendered_numbers_are_results_json(board, browser):
                     v = run["scores"][col]["cover_em"]
                     best = len(table["runs"]) > 1 and v["value"] == table["best"][col]
                     assert row["cells"][col] == [f"{100 * v['value']:.1f}", f"[{100 * v['lo']:.1f}, {100 * v['hi']:.1f}]", best]
-    reported = browser.evaluate('Array.from(document.querySelectorAll("#reported-table tbody tr")).map(tr => '
-                                'Array.from(tr.cells).map(td => td.textContent))')
-    assert reported == [[r["treatment"], *(f"{100 * r['avg7'][s]:.1f}" for s in results["reported"]["scales"])]
-                        for r in results["reported"]["rows"]]
+    reported = browser.evaluate(
+        'Array.from(document.querySelectorAll("#reported-table tbody tr")).map(tr => Array.from(tr.cells).map(td => td.textContent))'
+    )
+    assert reported == [
+        [r["treatment"], *(f"{100 * r['avg7'][s]:.1f}" for s in results["reported"]["scales"])] for r in results["reported"]["rows"]
+    ]
     assert browser.evaluate("document.querySelectorAll('#table-0 svg rect title').length") == 3 * 7  # a bar per run and benchmark
     assert browser.evaluate("document.querySelectorAll('#table-0 svg circle').length") == 3  # a point per run
 

@@ -11,8 +11,10 @@ from leaderboard_runs import question_ids
 
 def rows(accuracy: float, seed: int) -> list[dict]:
     rng = np.random.default_rng(seed)
-    return [{"id": qid, "benchmark": bench, "scores": dict.fromkeys(METRICS, float(rng.random() < accuracy))}
-            for bench, qid in question_ids(100)]
+    return [
+        {"id": qid, "benchmark": bench, "scores": dict.fromkeys(METRICS, float(rng.random() < accuracy))}
+        for bench, qid in question_ids(100)
+    ]
 
 
 def test_bootstrap_intervals_and_paired_significance():

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
 from click.testing import CliRunner
@@ -57,7 +57,7 @@ def test_lmeval_loads_the_export_and_prints_every_task_once_under_its_groups(tmp
     for name in names:
         for m in METRICS:
             assert loaded["results"][f"cfbench_{name}"][f"{m},none"] == scores["scores"][name][m]
-    assert loaded["date"] == datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc).timestamp()
+    assert loaded["date"] == datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC).timestamp()
     assert loaded["results"]["cfbench_avg7"]["sample_len"] == sum(SIZES.values())
 
     table = make_table(loaded)

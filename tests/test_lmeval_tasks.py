@@ -22,8 +22,16 @@ def test_lmeval_runs_the_group_with_cfbench_questions_and_metrics():
 
     # include_defaults=False: lm-eval's own thousands of task files are not indexed (the CLI's --include_path adds to them)
     manager = TaskManager(include_path=str(TASKS), include_defaults=False, metadata={"suite": "mini"})
-    out = simple_evaluate(model="hf", model_args=f"pretrained={resolve('smollm2-135m').location},dtype=float32",
-                          tasks=["cfbench_fixed1325"], limit=2, task_manager=manager, device="cpu", batch_size=8, log_samples=True)
+    out = simple_evaluate(
+        model="hf",
+        model_args=f"pretrained={resolve('smollm2-135m').location},dtype=float32",
+        tasks=["cfbench_fixed1325"],
+        limit=2,
+        task_manager=manager,
+        device="cpu",
+        batch_size=8,
+        log_samples=True,
+    )
     mini = load_suite("mini").questions
     tasks = {name: name.rpartition("cfbench_")[2] for name in out["results"] if name != "cfbench_fixed1325"}
     assert sorted(tasks.values()) == sorted(BENCHMARKS)

@@ -56,8 +56,10 @@ def test_aggregate_means_of_benchmark_means_and_complete_groups_only():
     assert table["nq"]["cover_em"] == 0.5 and table["nq"]["n"] == 2
     assert table["single_hop"]["cover_em"] == pytest.approx((0.5 + 1 + 0.25) / 3)
     assert "avg7" not in table and "multi_hop" not in table
-    rows += [{"benchmark": b, "scores": {"cover_em": 1, "em": 1, "sub_em": 1, "f1": 1}}
-             for b in ("hotpotqa", "2wikimultihopqa", "musique", "bamboogle")]
+    rows += [
+        {"benchmark": b, "scores": {"cover_em": 1, "em": 1, "sub_em": 1, "f1": 1}}
+        for b in ("hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
+    ]
     table = aggregate(rows)
     assert table["multi_hop"]["cover_em"] == 1.0
     assert table["avg7"]["cover_em"] == pytest.approx((0.5 + 1 + 0.25 + 4) / 7)

@@ -4,6 +4,7 @@ The fixture is a real old-layout record: a leaderboard entry stored by commit c5
 was the top-level `harness` package. Its paths use the portable `tasks/...` form, which the new layout
 keeps; the record formats did not change.
 """
+
 import json
 from pathlib import Path
 

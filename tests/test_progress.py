@@ -9,13 +9,14 @@ import sys
 
 from tests.audit_runs import make_run
 
-LINE = re.compile(r"^(?P<what>.+): (?P<done>\d+)/(?P<total>\d+) (?P<unit>\w+) \((?P<pct>\d+)%\)  (?P<rate>[\d.]+ (\w+/s|s/\w+))"
-                  r"  ETA (?P<eta>\d+:\d\d:\d\d)(?P<fields>.*)$")
+LINE = re.compile(
+    r"^(?P<what>.+): (?P<done>\d+)/(?P<total>\d+) (?P<unit>\w+) \((?P<pct>\d+)%\)  (?P<rate>[\d.]+ (\w+/s|s/\w+))"
+    r"  ETA (?P<eta>\d+:\d\d:\d\d)(?P<fields>.*)$"
+)
 
 
 def cfbench(*args: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-m", "cfbench.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          timeout=900)
+    done = subprocess.run([sys.executable, "-m", "cfbench.cli", *args], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
     return done
 
@@ -25,11 +26,28 @@ def progress_lines(stderr: str) -> list[re.Match]:
 
 
 def test_eval_prints_a_line_per_batch_into_a_pipe(tmp_path, tiny_llama):
-    done = cfbench("eval", "--ckpt", str(tiny_llama), "--suite", "mini", "--out", str(tmp_path / "run"), "--batch-size", "35",
-                   "--max-new-tokens", "4", "--max-searches", "1", "--threads", "1")
+    done = cfbench(
+        "eval",
+        "--ckpt",
+        str(tiny_llama),
+        "--suite",
+        "mini",
+        "--out",
+        str(tmp_path / "run"),
+        "--batch-size",
+        "35",
+        "--max-new-tokens",
+        "4",
+        "--max-searches",
+        "1",
+        "--threads",
+        "1",
+    )
     lines = progress_lines(done.stderr)
     assert [(m["what"], int(m["done"]), int(m["total"]), m["unit"], m["pct"]) for m in lines] == [
-        ("mini", 35, 70, "q", "50"), ("mini", 70, 70, "q", "100")], done.stderr
+        ("mini", 35, 70, "q", "50"),
+        ("mini", 70, 70, "q", "100"),
+    ], done.stderr
     assert lines[-1]["eta"] == "0:00:00" and re.fullmatch(r"  searches \d+", lines[0]["fields"])
     assert "━" not in done.stderr  # no bar drawn into the log
 

@@ -34,8 +34,9 @@ def test_cut_at_stop_keeps_the_first_stop_string():
 def test_observation_format_matches_search_r1():
     hits = [Hit("1", '"Paris"\nParis is the capital\nof France.', 3.0), Hit("2", '"Lyon"\nA city.', 1.0)]
     obs = protocol.observation(hits)
-    assert obs == ('\n\n<information>Doc 1(Title: "Paris") Paris is the capital\nof France.\n'
-                   'Doc 2(Title: "Lyon") A city.</information>\n\n')
+    assert obs == (
+        '\n\n<information>Doc 1(Title: "Paris") Paris is the capital\nof France.\nDoc 2(Title: "Lyon") A city.</information>\n\n'
+    )
 
 
 @pytest.mark.parametrize("field,value", [("topk", 0), ("max_new_tokens", -1), ("max_searches", -1), ("topk", 1.5)])

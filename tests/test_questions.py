@@ -1,5 +1,6 @@
 """Suites and training sets share one question rule set (cfbench.harness.suite.checked_questions): the same row
 is accepted or refused by both, with the same one-line error naming file:line, field and value."""
+
 import pytest
 
 from cfbench.harness import jsonl
@@ -13,22 +14,29 @@ LOADERS = {"suite": (load_suite, "benchmark"), "training set": (load_train_set, 
 
 
 @pytest.mark.parametrize("loader", LOADERS)
-@pytest.mark.parametrize("line,message", [
-    ('{"id": "q1", "question": "who?", "golden_answers": [" "]}',
-     r"^\S*x.jsonl:2: field 'golden_answers' must be a non-empty list of non-blank strings, got \[' '\]; fix or remove the row$"),
-    ('{"id": "q1", "question": "who?", "golden_answers": []}', r"x.jsonl:2: field 'golden_answers' .*, got \[\];"),
-    ('{"id": "q1", "question": "who?"}', r"x.jsonl:2: field 'golden_answers' .*, got None;"),
-    ('{"id": "q1", "question": "who?", "golden_answers": "a"}', r"x.jsonl:2: field 'golden_answers' .*, got 'a';"),
-    ('{"id": "q1", "question": "who?", "golden_answers": ["a", 2]}', r"x.jsonl:2: field 'golden_answers' .*, got \['a', 2\];"),
-    ('{"question": "who?", "golden_answers": ["a"]}',
-     r"^\S*x.jsonl:2: field 'id' must be a non-blank string, got None; fix or remove the row$"),
-    ('{"id": 3, "question": "q", "golden_answers": ["a"]}', r"x.jsonl:2: field 'id' must be a non-blank string, got 3;"),
-    ('{"id": " ", "question": "q", "golden_answers": ["a"]}', r"x.jsonl:2: field 'id' must be a non-blank string, got ' ';"),
-    ('{"id": "q1", "question": " ", "golden_answers": ["a"]}', r"x.jsonl:2: field 'question' must be a non-blank string, got ' ';"),
-    (GOOD, r"^\S*x.jsonl:2: duplicate id 'q0' \(first at \S*x.jsonl:1\); give each question its own id$"),
-    ('{"id": "q1", "question": "q"', r"x.jsonl:2: not valid JSON"),
-    ('["a list"]', r"x.jsonl:2: expected a JSON object, got list"),
-])
+@pytest.mark.parametrize(
+    "line,message",
+    [
+        (
+            '{"id": "q1", "question": "who?", "golden_answers": [" "]}',
+            r"^\S*x.jsonl:2: field 'golden_answers' must be a non-empty list of non-blank strings, got \[' '\]; fix or remove the row$",
+        ),
+        ('{"id": "q1", "question": "who?", "golden_answers": []}', r"x.jsonl:2: field 'golden_answers' .*, got \[\];"),
+        ('{"id": "q1", "question": "who?"}', r"x.jsonl:2: field 'golden_answers' .*, got None;"),
+        ('{"id": "q1", "question": "who?", "golden_answers": "a"}', r"x.jsonl:2: field 'golden_answers' .*, got 'a';"),
+        ('{"id": "q1", "question": "who?", "golden_answers": ["a", 2]}', r"x.jsonl:2: field 'golden_answers' .*, got \['a', 2\];"),
+        (
+            '{"question": "who?", "golden_answers": ["a"]}',
+            r"^\S*x.jsonl:2: field 'id' must be a non-blank string, got None; fix or remove the row$",
+        ),
+        ('{"id": 3, "question": "q", "golden_answers": ["a"]}', r"x.jsonl:2: field 'id' must be a non-blank string, got 3;"),
+        ('{"id": " ", "question": "q", "golden_answers": ["a"]}', r"x.jsonl:2: field 'id' must be a non-blank string, got ' ';"),
+        ('{"id": "q1", "question": " ", "golden_answers": ["a"]}', r"x.jsonl:2: field 'question' must be a non-blank string, got ' ';"),
+        (GOOD, r"^\S*x.jsonl:2: duplicate id 'q0' \(first at \S*x.jsonl:1\); give each question its own id$"),
+        ('{"id": "q1", "question": "q"', r"x.jsonl:2: not valid JSON"),
+        ('["a list"]', r"x.jsonl:2: expected a JSON object, got list"),
+    ],
+)
 def test_a_bad_row_is_refused_by_both_loaders_in_one_line(tmp_path, loader, line, message):
     path = tmp_path / "x.jsonl"
     path.write_text(GOOD + "\n" + line + "\n")
@@ -61,5 +69,8 @@ def test_a_valid_row_reads_the_same_through_both(tmp_path):
     path = tmp_path / "mine.jsonl"
     jsonl.write_jsonl(path, ({"id": q.id, "question": q.question, "golden_answers": list(q.golden_answers)} for q in mini))
     suite, train = load_suite(str(path)).questions, load_train_set(str(path))
-    assert [(q.id, q.benchmark, q.question, q.golden_answers) for q in suite] == \
-           [(q.id, q.source, q.question, q.golden_answers) for q in train] == [(q.id, "mine", q.question, q.golden_answers) for q in mini]
+    assert (
+        [(q.id, q.benchmark, q.question, q.golden_answers) for q in suite]
+        == [(q.id, q.source, q.question, q.golden_answers) for q in train]
+        == [(q.id, "mine", q.question, q.golden_answers) for q in mini]
+    )

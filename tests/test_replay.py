@@ -1,4 +1,5 @@
-"""Fixed-bank replay for real: feedback solvers (the tiny random Llama of conftest.py) trained on a small saved bank, judged by gold answers.
+"""Fixed-bank replay for real: feedback solvers (the tiny random Llama of conftest.py) trained on a small saved bank,
+judged by gold answers.
 
 The bank (tests/audit_runs.py's labelled corpus) is drawn from solver steps round by round: s2-t0 from
 `paris` (fold 1), s2-t1 from `everest` (round 1), s4-t0 from `nile` (round 2), s6-t0 from `moon`
@@ -13,23 +14,33 @@ import shutil
 import pytest
 
 from cfbench.harness.errors import CfbenchError
-from tests.audit_runs import make_run, row
 from cfbench.training.audit import replay as replay_mod
-from cfbench.training.core.answers import matches
 from cfbench.training.audit.judge import GoldJudge
 from cfbench.training.audit.replay import replay
+from cfbench.training.core.answers import matches
+from tests.audit_runs import make_run, row
 
 pytestmark = pytest.mark.slow  # Every test here replays a bank by training a (tiny) solver.
 
-BANK = {1: [row(1, 1, 0, "nile", "south", [], "Which way does the Nile flow?")],  # a proposer step: its label trained nobody
-        2: [row(2, 1, 0, "paris", "Paris", [], "Which city is the capital of France?"),
-            row(2, 1, 1, "everest", "8000 metres", [], "How high is Mount Everest?"),
-            row(2, 1, 2, "moon", None, [])],  # rejected: not in the bank
-        4: [row(4, 2, 0, "nile", "north", [], "Which way does the Nile flow?"),
-            row(4, 2, 1, "paris", "Lyon", [], "Where is the Louvre?")],  # round 2's second: the first N would take it
-        6: [row(6, 3, 0, "moon", "Apollo 11", [], "Which mission landed on the Moon?")]}
-SMALL = {"samples_per_prompt": 2, "prompts_per_step": 2, "micro_batch": 4,
-         "knobs": {"topk": 1, "max_searches": 1, "max_new_tokens": 16, "max_obs_tokens": 32, "max_context_tokens": 1024}}
+BANK = {
+    1: [row(1, 1, 0, "nile", "south", [], "Which way does the Nile flow?")],  # a proposer step: its label trained nobody
+    2: [
+        row(2, 1, 0, "paris", "Paris", [], "Which city is the capital of France?"),
+        row(2, 1, 1, "everest", "8000 metres", [], "How high is Mount Everest?"),
+        row(2, 1, 2, "moon", None, []),
+    ],  # rejected: not in the bank
+    4: [
+        row(4, 2, 0, "nile", "north", [], "Which way does the Nile flow?"),
+        row(4, 2, 1, "paris", "Lyon", [], "Where is the Louvre?"),
+    ],  # round 2's second: the first N would take it
+    6: [row(6, 3, 0, "moon", "Apollo 11", [], "Which mission landed on the Moon?")],
+}
+SMALL = {
+    "samples_per_prompt": 2,
+    "prompts_per_step": 2,
+    "micro_batch": 4,
+    "knobs": {"topk": 1, "max_searches": 1, "max_new_tokens": 16, "max_obs_tokens": 32, "max_context_tokens": 1024},
+}
 VARIANTS = ["coupled", "source-id", "same-source", "full-data", "half-budget"]
 BANK_IDS = ["s2-t0", "s2-t1", "s4-t0", "s6-t0"]
 
@@ -54,8 +65,10 @@ def test_provenance_of_each_feedback_variant(replayed):
     # source-id: every question is scored by the solver trained on the other fold, which never saw its source
     assert v["source-id"]["updates"] == {"aux-0": 2, "aux-1": 1} and v["full-data"]["updates"] == {"aux-all": 2}
     assert v["half-budget"]["updates"] == {"aux-0": 1, "aux-1": 1} and v["coupled"]["updates"] == {"main": 0}  # trained in the run only
-    for variant, scorers in (("source-id", {"s2-t0": "aux-0", "s2-t1": "aux-1", "s4-t0": "aux-1", "s6-t0": "aux-1"}),
-                             ("coupled", dict.fromkeys(BANK_IDS, "main"))):
+    for variant, scorers in (
+        ("source-id", {"s2-t0": "aux-0", "s2-t1": "aux-1", "s4-t0": "aux-1", "s6-t0": "aux-1"}),
+        ("coupled", dict.fromkeys(BANK_IDS, "main")),
+    ):
         rows = json.loads((out / f"{variant}.json").read_text())["judged"]
         assert {q["task_id"]: q["scorer"] for q in rows} == scorers
 
@@ -65,8 +78,12 @@ def test_false_agreement_counted_from_the_judged_answers(replayed):
     _, out, summary = replayed
     for variant in VARIANTS:
         result = json.loads((out / f"{variant}.json").read_text())
-        pairs = [(q["label"]["correct"], x["correct"], matches(x["prediction"], q["adopted_label"]))
-                 for q in result["judged"] if q["label"] for x in q["responses"]]
+        pairs = [
+            (q["label"]["correct"], x["correct"], matches(x["prediction"], q["adopted_label"]))
+            for q in result["judged"]
+            if q["label"]
+            for x in q["responses"]
+        ]
         assert len(pairs) == result["resolved_pairs"] == 4 and result["pairs"] == 8  # nile and moon have no gold in their source
         assert result["T_P"] == 0.5  # Paris right, 8000 metres wrong: the labels are the bank's, whatever the solver
         assert result["F"] == sum(agree and not lab and not res for lab, res, agree in pairs) / 4
@@ -83,7 +100,8 @@ def test_finished_variants_are_kept_on_rerun(replayed, monkeypatch):
 
     monkeypatch.setattr(replay_mod, "feedback", no_training)
     assert replay(run, 4, VARIANTS[:2], GoldJudge(run / "corpus.jsonl"), out, epochs=1)["variants"] == {
-        k: summary["variants"][k] for k in VARIANTS[:2]}
+        k: summary["variants"][k] for k in VARIANTS[:2]
+    }
 
 
 @pytest.mark.slow

@@ -28,8 +28,9 @@ def test_search_r1_client_payload_and_response(server, bm25):
     payload = {"queries": ["who got the first nobel prize in physics", "Kiss and Tell 1945 film"], "topk": 3, "return_scores": True}
     answer = requests.post(server + "/retrieve", json=payload).json()
     local = bm25.search(payload["queries"], 3)
-    assert [[(d["document"]["id"], d["document"]["contents"], d["score"]) for d in q] for q in answer["result"]] == \
-        [[(h.id, h.contents, h.score) for h in hits] for hits in local]
+    assert [[(d["document"]["id"], d["document"]["contents"], d["score"]) for d in q] for q in answer["result"]] == [
+        [(h.id, h.contents, h.score) for h in hits] for hits in local
+    ]
     # Search-R1's _passages2string reads doc_item['document']['contents']
     assert answer["result"][0][0]["document"]["contents"].split("\n")[0] == '"List of Nobel laureates in Physics"'
 
@@ -49,24 +50,31 @@ def test_cfbench_client_sends_search_r1s_exact_bytes(server):
     client = HTTPRetriever(server)
     client._client = httpx.Client(transport=httpx.MockTransport(record))
     client.search(["who wrote \u00e9l\u00e9gie?"], 3)
-    reference = requests.Request("POST", server + "/retrieve", json={"queries": ["who wrote \u00e9l\u00e9gie?"], "topk": 3, "return_scores": True}).prepare().body
+    reference = (
+        requests.Request("POST", server + "/retrieve", json={"queries": ["who wrote \u00e9l\u00e9gie?"], "topk": 3, "return_scores": True})
+        .prepare()
+        .body
+    )
     assert sent == [reference]
 
 
-@pytest.mark.parametrize("body,reason", [
-    (b'{"queries": ["x"], "topk": 0}', "topk must be between 1 and 1000, got 0"),
-    (b'{"queries": ["x"], "topk": -3}', "topk must be between 1 and 1000, got -3"),
-    (json.dumps({"queries": ["x" * 9000]}).encode(), "query 0 has 9000 characters; the limit is 8192"),
-    (b'{"queries": []}', "queries"),
-    (b'{"queries": "not a list"}', "queries"),
-    (b'{"queries": ["x"', "bad request: body: Invalid JSON"),
-    (b'{"queries": ["caf\xe9"]}', "bad request: body: Invalid JSON"),
-    (b'{"queries": ["x"], "topk": "3"}', "bad request: topk: Input should be a valid integer"),
-    (b'{"queries": ["x"], "topk": true}', "bad request: topk: Input should be a valid integer"),
-    (b'{"queries": ["x"], "return_scores": 1}', "bad request: return_scores: Input should be a valid boolean"),
-    (b'{"queries": ["x"], "top_k": 3}', "bad request: top_k: Extra inputs are not permitted"),
-    (json.dumps({"queries": ["x"] * 2731, "topk": 3}).encode(), "2731 queries x topk 3 = 8193 passages; the limit is 8192 per request"),
-])
+@pytest.mark.parametrize(
+    "body,reason",
+    [
+        (b'{"queries": ["x"], "topk": 0}', "topk must be between 1 and 1000, got 0"),
+        (b'{"queries": ["x"], "topk": -3}', "topk must be between 1 and 1000, got -3"),
+        (json.dumps({"queries": ["x" * 9000]}).encode(), "query 0 has 9000 characters; the limit is 8192"),
+        (b'{"queries": []}', "queries"),
+        (b'{"queries": "not a list"}', "queries"),
+        (b'{"queries": ["x"', "bad request: body: Invalid JSON"),
+        (b'{"queries": ["caf\xe9"]}', "bad request: body: Invalid JSON"),
+        (b'{"queries": ["x"], "topk": "3"}', "bad request: topk: Input should be a valid integer"),
+        (b'{"queries": ["x"], "topk": true}', "bad request: topk: Input should be a valid integer"),
+        (b'{"queries": ["x"], "return_scores": 1}', "bad request: return_scores: Input should be a valid boolean"),
+        (b'{"queries": ["x"], "top_k": 3}', "bad request: top_k: Extra inputs are not permitted"),
+        (json.dumps({"queries": ["x"] * 2731, "topk": 3}).encode(), "2731 queries x topk 3 = 8193 passages; the limit is 8192 per request"),
+    ],
+)
 def test_bad_requests_get_422_and_the_server_keeps_serving(server, body, reason):
     answer = requests.post(server + "/retrieve", data=body, headers={"Content-Type": "application/json"})
     assert answer.status_code == 422
@@ -165,7 +173,9 @@ def test_zero_hits_and_documents_without_ids_from_search_r1s_server_are_observat
     suite = load_suite("mini")
     with search_r1_server(search) as url:
         results = evaluate(suite, ScriptedBackend(policy), HTTPRetriever(url), Knobs(), tmp_path / "run")
-        expected = requests.post(url + "/retrieve", json={"queries": [suite.questions[0].question], "topk": 3, "return_scores": True}).json()
+        expected = requests.post(
+            url + "/retrieve", json={"queries": [suite.questions[0].question], "topk": 3, "return_scores": True}
+        ).json()
     assert results["stats"]["searches_per_question"] == 2.0
     first = json.loads((tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()[0])
     empty, found = first["turns"][0], first["turns"][1]
@@ -207,7 +217,7 @@ def test_a_declared_huge_body_is_refused_without_being_sent(small_server):
 
     where = urlsplit(small_server)
     with socket.create_connection((where.hostname, where.port), timeout=10) as s:
-        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200000000\r\n\r\n{\"qu")
+        s.sendall(b'POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200000000\r\n\r\n{"qu')
         head = s.recv(65536).decode()  # answered with only 4 of the 200 MB sent
     assert head.startswith("HTTP/1.1 413") and "the body has 200000000 bytes; the limit is 2000" in head
 

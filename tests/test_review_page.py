@@ -9,11 +9,11 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from chromium import Chromium
 from cfbench.cli import main
 from cfbench.training.audit.audit import audit_run
 from cfbench.training.audit.judge import GoldJudge
 from cfbench.training.audit.review import cohen_kappa
+from chromium import Chromium
 from tests.audit_runs import make_run
 
 VERDICTS = 'Array.from(document.querySelectorAll(".verdict")).map(v => v.dataset.id)'
@@ -33,8 +33,21 @@ def test_marks_made_in_the_page_round_trip_into_the_agreement_report(tmp_path):
         assert browser.evaluate('document.querySelectorAll("section").length') == 5
         # the 2-hop-free CASES: references of q0 paris, q1 everest, q2 nile (none), q3 everest "K2", q4 moon (none);
         # labels of paris (right), everest and K2 (wrong); responses judged on their own: paris "Lyon", "", everest x3
-        assert browser.evaluate(VERDICTS) == ["q0-reference", "q0-label", "q0-r2", "q0-r3", "q1-reference", "q1-label", "q1-r2",
-                                              "q1-r3", "q1-r4", "q2-reference", "q3-reference", "q3-label", "q4-reference"]
+        assert browser.evaluate(VERDICTS) == [
+            "q0-reference",
+            "q0-label",
+            "q0-r2",
+            "q0-r3",
+            "q1-reference",
+            "q1-label",
+            "q1-r2",
+            "q1-r3",
+            "q1-r4",
+            "q2-reference",
+            "q3-reference",
+            "q3-label",
+            "q4-reference",
+        ]
         wrong, unmarked = {"q4-reference", "q0-r2"}, {"q0-r3"}
         for vid in browser.evaluate(VERDICTS):
             if vid not in unmarked:

@@ -115,8 +115,11 @@ def test_resume_finds_hashed_inputs_in_a_new_place_but_not_changed_ones(tmp_path
     run(tmp_path / "r", suite, bm25)
     config = tmp_path / "r" / "run.json"
     recorded = json.loads(config.read_text())
-    moved = {**recorded, "suite": {**recorded["suite"], "path": "/elsewhere/fixed.jsonl"},
-             "retriever": {**recorded["retriever"], "corpus": "/elsewhere/corpus.jsonl.gz"}}
+    moved = {
+        **recorded,
+        "suite": {**recorded["suite"], "path": "/elsewhere/fixed.jsonl"},
+        "retriever": {**recorded["retriever"], "corpus": "/elsewhere/corpus.jsonl.gz"},
+    }
     config.write_text(json.dumps(moved))
     assert run(tmp_path / "r", suite, bm25, resume=True)["suite"]["path"] == recorded["suite"]["path"]
     config.write_text(json.dumps({**moved, "suite": {**moved["suite"], "sha256": "0" * 64}}))

@@ -28,17 +28,20 @@ def turns(*generated: str) -> list[dict]:
 GOOD = "<question> Who wrote The Call of the Wild? </question> <answer> Jack London </answer>"
 
 
-@pytest.mark.parametrize("generated, hops, error", [
-    ((GOOD,), 1, ""),
-    (("<search> Buck </search>", GOOD), 2, ""),
-    ((GOOD,), 2, "0 searches for a 2-hop task (needs 1)"),
-    (("<search> Buck </search>", GOOD), 1, "1 searches for a 1-hop task (needs 0)"),
-    (("<question> Who wrote it? </question>",), 1, "not exactly one"),
-    ((GOOD + " " + GOOD,), 1, "not exactly one"),
-    (("<answer> Jack London </answer> <question> Who? </question>",), 1, "not exactly one"),
-    (("<question> Did Jack London write it? </question> <answer> Jack London </answer>",), 1, "the answer appears in the question"),
-    (("<question> ? </question> <answer> London </answer>",), 1, "empty question or answer"),
-])
+@pytest.mark.parametrize(
+    "generated, hops, error",
+    [
+        ((GOOD,), 1, ""),
+        (("<search> Buck </search>", GOOD), 2, ""),
+        ((GOOD,), 2, "0 searches for a 2-hop task (needs 1)"),
+        (("<search> Buck </search>", GOOD), 1, "1 searches for a 1-hop task (needs 0)"),
+        (("<question> Who wrote it? </question>",), 1, "not exactly one"),
+        ((GOOD + " " + GOOD,), 1, "not exactly one"),
+        (("<answer> Jack London </answer> <question> Who? </question>",), 1, "not exactly one"),
+        (("<question> Did Jack London write it? </question> <answer> Jack London </answer>",), 1, "the answer appears in the question"),
+        (("<question> ? </question> <answer> London </answer>",), 1, "empty question or answer"),
+    ],
+)
 def test_strict_parse(generated, hops, error):
     parsed = proposer.parse(turns(*generated), hops)
     assert (parsed.error == error) if not error else error in parsed.error
@@ -55,13 +58,16 @@ def test_graded_format_never_gives_a_malformed_proposal_full_marks():
     assert proposer.format_score("strict", turns(GOOD), proposer.parse(turns(GOOD), 1)) == 1.0
 
 
-@pytest.mark.parametrize("aware, blind, admitted, label", [
-    (["Jack London", "jack london.", "Buck"], ["The Jack London", "Jack London", "Alaska"], True, "Jack London"),
-    (["Jack London", "Jack London", "Buck"], ["Alaska", "Alaska", "Buck"], False, ""),  # majorities disagree
-    (["Jack London", "Buck", "Alaska"], ["Jack London", "Jack London", "Jack London"], False, ""),  # no aware majority
-    (["Buck", "Buck", "Buck"], ["Buck", "", ""], False, ""),  # empty answers never form a majority
-    (["", "", ""], ["", "", ""], False, ""),
-])
+@pytest.mark.parametrize(
+    "aware, blind, admitted, label",
+    [
+        (["Jack London", "jack london.", "Buck"], ["The Jack London", "Jack London", "Alaska"], True, "Jack London"),
+        (["Jack London", "Jack London", "Buck"], ["Alaska", "Alaska", "Buck"], False, ""),  # majorities disagree
+        (["Jack London", "Buck", "Alaska"], ["Jack London", "Jack London", "Jack London"], False, ""),  # no aware majority
+        (["Buck", "Buck", "Buck"], ["Buck", "", ""], False, ""),  # empty answers never form a majority
+        (["", "", ""], ["", "", ""], False, ""),
+    ],
+)
 def test_msv_admission(aware, blind, admitted, label):
     verdict = msv.admit(aware, blind)
     assert (verdict.admitted, verdict.label) == (admitted, label)
@@ -113,16 +119,21 @@ def test_folds_are_per_source_decided_once_and_read_back(tmp_path):
         pool_folds(other, pool, tmp_path, resume=True, tasks_per_round=120)
 
 
-TEXT = ("quick brown fox jumps over lazy dog while farmer sleeps under old oak tree near river bank "
-        "and his wife bakes bread for market day in small village by hills")
+TEXT = (
+    "quick brown fox jumps over lazy dog while farmer sleeps under old oak tree near river bank "
+    "and his wife bakes bread for market day in small village by hills"
+)
 
 
 def test_connected_sources_share_a_fold(tmp_path):
     """Same title (any case) or near-duplicate text joins sources, transitively; a group takes its smallest id's fold."""
-    rows = [("b", '"Fox"\n' + TEXT), ("a", '"Other"\n' + TEXT.replace("old oak", "tall oak")),  # near-duplicate of b
-            ("c", '"fox"\nsomething else entirely, about cats'),  # b's title
-            ("d", '"Dog"\n' + TEXT[:40] + " and then a wholly different story about ships at sea for many days and nights"),
-            *((f"x{i}", f'"T{i}"\ntext number {i} on its own') for i in range(12))]
+    rows = [
+        ("b", '"Fox"\n' + TEXT),
+        ("a", '"Other"\n' + TEXT.replace("old oak", "tall oak")),  # near-duplicate of b
+        ("c", '"fox"\nsomething else entirely, about cats'),  # b's title
+        ("d", '"Dog"\n' + TEXT[:40] + " and then a wholly different story about ships at sea for many days and nights"),
+        *((f"x{i}", f'"T{i}"\ntext number {i} on its own') for i in range(12)),
+    ]
     c = Corpus(None, "e" * 64, tuple(r[0] for r in rows), tuple(r[1] for r in rows))
     pool = source_pool(c, 0, seed=1)
     assert connected_groups(c, pool) == {"a": "a", "b": "a", "c": "a", "d": "d", **{f"x{i}": f"x{i}" for i in range(12)}}
@@ -150,12 +161,22 @@ def test_crossfit_routes_each_fold_to_the_other_folds_solver():
 def test_schedule_rounds_of_proposer_then_solver_steps():
     config = {"proposer_steps": 2, "solver_steps": 3}
     assert [schedule(config, s) for s in range(1, 7)] == [
-        (1, "proposer", 0), (1, "proposer", 1), (1, "solver", 0), (1, "solver", 1), (1, "solver", 2), (2, "proposer", 0)]
+        (1, "proposer", 0),
+        (1, "proposer", 1),
+        (1, "solver", 0),
+        (1, "solver", 1),
+        (1, "solver", 2),
+        (2, "proposer", 0),
+    ]
 
 
 def test_self_evolution_configs():
-    for name, (with_msv, with_crossfit) in [("dr-zero", (False, False)), ("msv", (True, False)),
-                                            ("crossfit", (False, True)), ("msv-crossfit", (True, True))]:
+    for name, (with_msv, with_crossfit) in [
+        ("dr-zero", (False, False)),
+        ("msv", (True, False)),
+        ("crossfit", (False, True)),
+        ("msv-crossfit", (True, True)),
+    ]:
         for scale in ("cpu-smoke", "paper"):
             config = load_config(name, scale)
             assert (config["treatment"], config["msv"], config["crossfit"]) == (name, with_msv, with_crossfit)

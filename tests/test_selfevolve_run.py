@@ -19,8 +19,8 @@ import pytest
 from cfbench.harness.protocol import cut_at_stop
 from cfbench.training.core.answers import matches
 from cfbench.training.selfevolve.sources import FOLDS_FILE, fold_of
-from cfbench.training.treatments import load_config
 from cfbench.training.trainer import train
+from cfbench.training.treatments import load_config
 
 pytestmark = pytest.mark.slow  # Every test here trains a self-evolution run or loads SmolLM2.
 
@@ -48,7 +48,9 @@ class ScriptedProposer:
         if context.count("Doc 1(Title:") < hops - 1:
             return f"<search> {title} </search>"
         title, words = title.strip(chr(34)), text.split()
-        quote = next((" ".join(words[i : i + 8]) for i in range(0, len(words), 8) if title.lower() not in " ".join(words[i : i + 8]).lower()), "")
+        quote = next(
+            (" ".join(words[i : i + 8]) for i in range(0, len(words), 8) if title.lower() not in " ".join(words[i : i + 8]).lower()), ""
+        )
         return f"<question> Which article says '{quote}'? </question> <answer> {title} </answer>"
 
 
@@ -62,8 +64,11 @@ def scripted(tokens):
 
 
 def audit(run) -> list[dict]:
-    return [json.loads(line) for p in sorted((run / "audit").glob("step-*.jsonl"), key=lambda p: int(p.stem.split("-")[1]))
-            for line in p.read_text().splitlines()]
+    return [
+        json.loads(line)
+        for p in sorted((run / "audit").glob("step-*.jsonl"), key=lambda p: int(p.stem.split("-")[1]))
+        for line in p.read_text().splitlines()
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -131,8 +136,11 @@ def test_same_source_feedback_happens_in_round_1_and_the_provenance_proves_it(tm
     corpus = tmp_path / "sources.jsonl"
     corpus.write_text("".join(json.dumps({"id": i, "contents": f'"{t}"\n{x}'}) + "\n" for i, t, x in ROUND_ONE_SOURCES))
     out = tmp_path / "same-source"
-    train(config("crossfit", 3, 3, control="same-source", corpus=str(corpus)) | {"model": str(tiny_llama), "source_pool": 2}, out,
-          proposer_engine=scripted(tokens))
+    train(
+        config("crossfit", 3, 3, control="same-source", corpus=str(corpus)) | {"model": str(tiny_llama), "source_pool": 2},
+        out,
+        proposer_engine=scripted(tokens),
+    )
     rows, stored = audit(out), json.loads((out / FOLDS_FILE).read_text())
     assert {r["round"] for r in rows} == {1} and stored["proposals_per_source"] == {"tasks_per_round": 6, "sources": 2, "min": 3, "max": 3}
     assert [r["source_id"] for r in rows if r["step"] == 2] == [r["source_id"] for r in rows if r["step"] == 3] == stored["pool"]
@@ -145,13 +153,18 @@ def test_same_source_feedback_happens_in_round_1_and_the_provenance_proves_it(tm
     assert not any(r["scorer_provenance"]["trained_on_this_source"] for r in rows if r["step"] < 3 and r["admitted"])
     # the labels are the proposer's drafts; it trained on both sources in step 1, and every label says so from then on
     assert [(r["step"], r["label_provenance"]) for r in rows if r["admitted"]] == [
-        (r["step"], {"model": "proposer", "trained_on_this_source": r["step"] > 1}) for r in rows if r["admitted"]]
+        (r["step"], {"model": "proposer", "trained_on_this_source": r["step"] > 1}) for r in rows if r["admitted"]
+    ]
 
 
 def test_a_cli_run_writes_the_shared_checkpoint_layout_and_eval_scores_it(tmp_path):
     out = tmp_path / "dr-zero"
-    run = subprocess.run([sys.executable, "-m", "cfbench.cli", "train", "--treatment", "dr-zero", "--scale", "cpu-smoke",
-                          "--steps", "3", "--out", str(out)], capture_output=True, text=True, timeout=1200)
+    run = subprocess.run(
+        [sys.executable, "-m", "cfbench.cli", "train", "--treatment", "dr-zero", "--scale", "cpu-smoke", "--steps", "3", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     ckpt = out / "checkpoint-3"
     assert (ckpt / "model.safetensors").is_file() and (ckpt / "proposer" / "model.safetensors").is_file() and (ckpt / "state").is_dir()
@@ -160,9 +173,27 @@ def test_a_cli_run_writes_the_shared_checkpoint_layout_and_eval_scores_it(tmp_pa
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [(r["round"], r["phase"]) for r in rows] == [(1, "proposer"), (1, "solver"), (1, "solver")]
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG" and len(audit(out)) == 12
-    scored = subprocess.run([sys.executable, "-m", "cfbench.cli", "eval", "--ckpt", str(ckpt), "--suite", "mini",
-                             "--out", str(tmp_path / "eval"), "--max-new-tokens", "4", "--max-searches", "0"],
-                            capture_output=True, text=True, timeout=1200)
+    scored = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cfbench.cli",
+            "eval",
+            "--ckpt",
+            str(ckpt),
+            "--suite",
+            "mini",
+            "--out",
+            str(tmp_path / "eval"),
+            "--max-new-tokens",
+            "4",
+            "--max-searches",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert scored.returncode == 0, scored.stderr[-3000:]
     assert json.loads((tmp_path / "eval" / "results.json").read_text())["suite"]["n"] == 70
 
@@ -190,15 +221,18 @@ def test_audit_and_cost_of_the_crossfit_run(crossfit_run, tmp_path):
     from cfbench.harness.corpus import load_corpus
     from cfbench.harness.paths import TRAIN_SOURCES
     from cfbench.training.audit.audit import audit_run
-    from cfbench.training.audit.report import run_cost
     from cfbench.training.audit.judge import GoldJudge
+    from cfbench.training.audit.report import run_cost
 
     rows = audit(crossfit_run)
     corpus = load_corpus(TRAIN_SOURCES)
     titled = {r["source_id"]: r["source"].partition("\n")[0].strip('"') for r in rows}
     labelled = tmp_path / "labelled.jsonl"
-    labelled.write_text("".join(json.dumps({"id": i, "contents": c, "answers": [titled[i]]}) + "\n"
-                                for i, c in zip(corpus.ids, corpus.contents) if i in titled))
+    labelled.write_text(
+        "".join(
+            json.dumps({"id": i, "contents": c, "answers": [titled[i]]}) + "\n" for i, c in zip(corpus.ids, corpus.contents) if i in titled
+        )
+    )
     record = audit_run(crossfit_run, GoldJudge(labelled), tmp_path / "judged")
     metrics = [json.loads(line) for line in (crossfit_run / "metrics.jsonl").read_text().splitlines()]
     assert [s["pairs"] for s in record["steps"]] == [5 * m["admitted"] for m in metrics]

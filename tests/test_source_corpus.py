@@ -33,14 +33,21 @@ def test_the_evaluation_corpus_is_refused_under_any_name_unless_allowed(tmp_path
 
 
 def _audit_row(source_id: str, question: str) -> dict:
-    return {"source_id": source_id, "question": question, "source": '"Notre Dame"\nA copper statue of Christ stands in front of '
-            "the Main Building. The Grotto is a replica of the grotto at Lourdes.", "evidence": []}
+    return {
+        "source_id": source_id,
+        "question": question,
+        "source": '"Notre Dame"\nA copper statue of Christ stands in front of '
+        "the Main Building. The Grotto is a replica of the grotto at Lourdes.",
+        "evidence": [],
+    }
 
 
 def test_reference_judge_answers_through_the_matching_gold_question(tmp_path):
     corpus = tmp_path / "sources.jsonl"
-    qa = [{"id": "q1", "question": "What is in front of the Notre Dame Main Building?", "answers": ["a copper statue of Christ"]},
-          {"id": "q2", "question": "What is the Grotto at Notre Dame a replica of?", "answers": ["the grotto at Lourdes"]}]
+    qa = [
+        {"id": "q1", "question": "What is in front of the Notre Dame Main Building?", "answers": ["a copper statue of Christ"]},
+        {"id": "q2", "question": "What is the Grotto at Notre Dame a replica of?", "answers": ["the grotto at Lourdes"]},
+    ]
     corpus.write_text(json.dumps({"id": "p1", "contents": '"Notre Dame"\ntext', "qa": qa}) + "\n")
     judge = GoldJudge(corpus)
     near, far = _audit_row("p1", "What stands in front of the Notre Dame Main Building?"), _audit_row("p1", "Who founded the university?")
@@ -54,4 +61,7 @@ def test_reference_judge_answers_through_the_matching_gold_question(tmp_path):
 def test_the_shipped_training_corpus_carries_gold_questions_for_the_judge():
     judge = GoldJudge(TRAIN_SOURCES)
     first = json.loads(gzip.open(TRAIN_SOURCES, "rt", encoding="utf-8").readline())
-    assert len(judge.qa) > 15_000 and judge.golds_for({"source_id": first["id"], "question": first["qa"][0]["question"]}) == first["qa"][0]["answers"]
+    assert (
+        len(judge.qa) > 15_000
+        and judge.golds_for({"source_id": first["id"], "question": first["qa"][0]["question"]}) == first["qa"][0]["answers"]
+    )

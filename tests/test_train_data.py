@@ -55,12 +55,15 @@ def test_a_tampered_bundled_set_fails_its_hash_in_one_line(tmp_path, monkeypatch
 
 def test_a_user_file_with_and_without_source(tmp_path):
     path = tmp_path / "mine.jsonl"
-    path.write_text('{"id": "a", "question": "who?", "golden_answers": ["me", "I"]}\n\n{"id": "b", "question": "what?", "golden_answers": ["it"], "source": "nq"}\n')
+    path.write_text(
+        '{"id": "a", "question": "who?", "golden_answers": ["me", "I"]}\n\n'
+        '{"id": "b", "question": "what?", "golden_answers": ["it"], "source": "nq"}\n'
+    )
     assert load_train_set(str(path)) == [TrainQuestion("a", "mine", "who?", ("me", "I")), TrainQuestion("b", "nq", "what?", ("it",))]
 
 
 def test_unknown_spec_names_the_bundled_sets():
-    with pytest.raises(CfbenchError, match=r"unknown training set 'search-r2': not a bundled set \(search-r1\)"):
+    with pytest.raises(CfbenchError, match=r"unknown training set 'search-r2': not a bundled set \(search-r1, warmstart\)"):
         load_train_set("search-r2")
 
 
@@ -81,13 +84,15 @@ def fake_hub(tmp_path, monkeypatch):
 
 def test_hub_parquet_in_search_r1_form(fake_hub):
     root, calls = fake_hub
-    pd.DataFrame({
-        "id": ["train_0", "train_0", None],
-        "question": ["who wrote hamlet", "which is older, a or b?", "q3?"],
-        "golden_answers": [["Shakespeare", "William Shakespeare"], ["a"], None],
-        "data_source": ["nq", "hotpotqa", "nq"],
-        "reward_model": [{"ground_truth": {"target": ["x"]}}, {"ground_truth": {"target": ["a"]}}, {"ground_truth": {"target": ["c"]}}],
-    }).to_parquet(root / "data" / "train.parquet")
+    pd.DataFrame(
+        {
+            "id": ["train_0", "train_0", None],
+            "question": ["who wrote hamlet", "which is older, a or b?", "q3?"],
+            "golden_answers": [["Shakespeare", "William Shakespeare"], ["a"], None],
+            "data_source": ["nq", "hotpotqa", "nq"],
+            "reward_model": [{"ground_truth": {"target": ["x"]}}, {"ground_truth": {"target": ["a"]}}, {"ground_truth": {"target": ["c"]}}],
+        }
+    ).to_parquet(root / "data" / "train.parquet")
     pd.DataFrame({"question": ["not training"]}).to_parquet(root / "data" / "test.parquet")
     questions = load_train_set("hub:PeterJinGo/nq_hotpotqa_train", sources=("nq",))
     assert calls == [("PeterJinGo/nq_hotpotqa_train", "dataset", ["*train*.parquet"])]

@@ -44,14 +44,17 @@ def test_masked_positions_receive_zero_gradient():
     assert torch.all(logits.grad[:, -1] == 0)  # the last position predicts nothing
 
 
-@pytest.mark.parametrize("prediction, turns, em, shaped", [
-    ("Paris", [{"action": "answer"}], 1.0, 1.0),
-    ("Paris", [{"action": "invalid"}, {"action": "answer"}], 1.0, 0.8),
-    ("Lyon", [{"action": "search"}, {"action": "answer"}], 0.0, 0.2),
-    ("", [{"action": "search"}, {"action": "search_over_budget"}], 0.0, 0.2),
-    ("Lyon", [{"action": "invalid"}, {"action": "answer"}], 0.0, 0.1),
-    ("", [{"action": "invalid"}, {"action": "invalid"}], 0.0, 0.0),
-])
+@pytest.mark.parametrize(
+    "prediction, turns, em, shaped",
+    [
+        ("Paris", [{"action": "answer"}], 1.0, 1.0),
+        ("Paris", [{"action": "invalid"}, {"action": "answer"}], 1.0, 0.8),
+        ("Lyon", [{"action": "search"}, {"action": "answer"}], 0.0, 0.2),
+        ("", [{"action": "search"}, {"action": "search_over_budget"}], 0.0, 0.2),
+        ("Lyon", [{"action": "invalid"}, {"action": "answer"}], 0.0, 0.1),
+        ("", [{"action": "invalid"}, {"action": "invalid"}], 0.0, 0.0),
+    ],
+)
 def test_reward_table(prediction, turns, em, shaped):
     assert reward("em", prediction, ["Paris", "City of Light"], turns) == em
     assert reward("em+format", prediction, ["Paris", "City of Light"], turns) == pytest.approx(shaped)
@@ -60,8 +63,13 @@ def test_reward_table(prediction, turns, em, shaped):
 @pytest.mark.slow
 def test_episode_mask_covers_exactly_the_model_text(smollm2):
     tokens: PromptTokens = smollm2.tokens
-    turns = [{"generated": "<search> capital of France </search>", "observation": "\n\n<information>Doc 1(Title: Paris) Paris is the capital.</information>\n\n"},
-             {"generated": " I think <answer> Paris </answer>"}]
+    turns = [
+        {
+            "generated": "<search> capital of France </search>",
+            "observation": "\n\n<information>Doc 1(Title: Paris) Paris is the capital.</information>\n\n",
+        },
+        {"generated": " I think <answer> Paris </answer>"},
+    ]
     prompt = tokens.chat_prompt("Question: capital of France?")
     episode = encode_episode(tokens, prompt, turns, 1.0, 0)
     own = [t for t, m in zip(episode.ids, episode.trained) if m]
@@ -70,4 +78,6 @@ def test_episode_mask_covers_exactly_the_model_text(smollm2):
     assert tokens.decode(read) == tokens.decode(tokens.encode(prompt)) + turns[0]["observation"]
     ids, attention, trained = collate([episode, encode_episode(tokens, prompt, turns[:1], 0.0, 0)], pad_id=0)
     assert ids.shape == attention.shape and trained.shape == (2, ids.shape[1] - 1)
-    assert attention[1].sum() < attention[0].sum() and trained[1].sum() == len(tokens.tokenizer(turns[0]["generated"], add_special_tokens=False)["input_ids"])
+    assert attention[1].sum() < attention[0].sum() and trained[1].sum() == len(
+        tokens.tokenizer(turns[0]["generated"], add_special_tokens=False)["input_ids"]
+    )

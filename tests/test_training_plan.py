@@ -44,13 +44,17 @@ def test_plan_prints_the_table_and_accepts_a_run_that_fits():
     assert result.output.strip().splitlines()[-1].startswith("fits: sharded bf16")
 
 
-@pytest.mark.parametrize("treatment, gpus, memory, knob", [
-    ("crossfit", 1, 80, "--gpus"),  # four roles' training state on one GPU
-    ("search-r1", 8, 24, "prompts_per_step"),  # 320 rows of 4k-token K/V per GPU
-])
+@pytest.mark.parametrize(
+    "treatment, gpus, memory, knob",
+    [
+        ("crossfit", 1, 80, "--gpus"),  # four roles' training state on one GPU
+        ("search-r1", 8, 24, "prompts_per_step"),  # 320 rows of 4k-token K/V per GPU
+    ],
+)
 def test_a_run_that_cannot_fit_is_refused_naming_the_knob(treatment, gpus, memory, knob):
-    result = CliRunner().invoke(main, ["train", "--treatment", treatment, "--scale", "paper", "--plan", "--gpus", str(gpus),
-                                       "--gpu-memory", str(memory)])
+    result = CliRunner().invoke(
+        main, ["train", "--treatment", treatment, "--scale", "paper", "--plan", "--gpus", str(gpus), "--gpu-memory", str(memory)]
+    )
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "does not fit" in lines[0] and f"change {knob}" in lines[0].replace("knob ", "")

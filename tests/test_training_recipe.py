@@ -40,8 +40,18 @@ def test_clipped_surrogate_matches_hand_values():
     total = recipe_loss(LOGP, TRAINED, ADV, old_logprobs=OLD, clip_eps=0.2, ref_logprobs=REF, kl_type="low_var_kl", kl_coef=0.1)
     assert total.item() == pytest.approx(clipped + 0.1 * kl)
     # micro-batches with episodes=|E| sum to the whole, as policy_loss's do
-    parts = sum(recipe_loss(LOGP[i : i + 1], TRAINED[i : i + 1], ADV[i : i + 1], episodes=2, old_logprobs=OLD[i : i + 1],
-                            ref_logprobs=REF[i : i + 1], kl_coef=0.1).item() for i in range(2))
+    parts = sum(
+        recipe_loss(
+            LOGP[i : i + 1],
+            TRAINED[i : i + 1],
+            ADV[i : i + 1],
+            episodes=2,
+            old_logprobs=OLD[i : i + 1],
+            ref_logprobs=REF[i : i + 1],
+            kl_coef=0.1,
+        ).item()
+        for i in range(2)
+    )
     assert parts == pytest.approx(total.item())
 
 

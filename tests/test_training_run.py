@@ -83,7 +83,9 @@ def test_resume_gives_the_uninterrupted_next_step(two_steps, tmp_path):
     assert resumed[1]["loss"] == pytest.approx(uninterrupted[1]["loss"], abs=1e-6)
     assert (cut / "rollouts" / "step-2.jsonl").read_bytes() == (two_steps / "rollouts" / "step-2.jsonl").read_bytes()
     # model, optimizer and scheduler state came back exactly: the second update lands on the same weights
-    assert load_file(cut / "checkpoint-2" / "model.safetensors").keys() == load_file(two_steps / "checkpoint-2" / "model.safetensors").keys()
+    assert (
+        load_file(cut / "checkpoint-2" / "model.safetensors").keys() == load_file(two_steps / "checkpoint-2" / "model.safetensors").keys()
+    )
     a, b = load_file(cut / "checkpoint-2" / "model.safetensors"), load_file(two_steps / "checkpoint-2" / "model.safetensors")
     assert all((a[k] == b[k]).all() for k in a)
     assert not (cut / "checkpoint-1" / "state").exists()  # superseded once checkpoint-2 was in place
@@ -92,8 +94,19 @@ def test_resume_gives_the_uninterrupted_next_step(two_steps, tmp_path):
 @pytest.mark.slow
 def test_the_checkpoint_is_scored_by_eval_unchanged(two_steps, tmp_path):
     out = tmp_path / "eval"
-    done = cfbench("eval", "--ckpt", str(two_steps / "checkpoint-2"), "--suite", "mini", "--out", str(out),
-                   "--max-new-tokens", "4", "--max-searches", "1")
+    done = cfbench(
+        "eval",
+        "--ckpt",
+        str(two_steps / "checkpoint-2"),
+        "--suite",
+        "mini",
+        "--out",
+        str(out),
+        "--max-new-tokens",
+        "4",
+        "--max-searches",
+        "1",
+    )
     assert "avg7" in done.stdout
     results = json.loads((out / "results.json").read_text())
     assert results["suite"]["n"] == 70 and results["model"]["weights_sha256"] == resolve(str(two_steps / "checkpoint-2")).weights_sha256
@@ -105,7 +118,9 @@ def test_base_is_the_untrained_model(tmp_path):
     saved = load_file(tmp_path / "base" / "checkpoint-0" / "model.safetensors")
     original = load_file(resolve(load_config("base", "cpu-smoke")["model"]).location + "/model.safetensors")
     assert all((saved[k] == original[k]).all() for k in saved)
-    cfbench("train", "--treatment", "base", "--scale", "cpu-smoke", "--out", str(tmp_path / "base"), "--resume")  # nothing to resume: saved again
+    cfbench(
+        "train", "--treatment", "base", "--scale", "cpu-smoke", "--out", str(tmp_path / "base"), "--resume"
+    )  # nothing to resume: saved again
 
 
 def test_every_role_gets_its_own_weights_and_optimizer_state_back(tmp_path, tiny_llama):
@@ -125,11 +140,20 @@ def test_every_role_gets_its_own_weights_and_optimizer_state_back(tmp_path, tiny
 
     accelerator, roles = roles_from(lambda name: tiny_llama)
     for k, name in enumerate(names):  # one update each, on other tokens: every role's moments differ
-        update(roles[name], accelerator, [Episode(list(range(10 + 7 * k, 30 + 7 * k)), [0] * 10 + [1] * 10, r, 0) for r in (0.0, 1.0)], config, 0)
+        update(
+            roles[name],
+            accelerator,
+            [Episode(list(range(10 + 7 * k, 30 + 7 * k)), [0] * 10 + [1] * 10, r, 0) for r in (0.0, 1.0)],
+            config,
+            0,
+        )
     save(accelerator, roles, AutoTokenizer.from_pretrained(tiny_llama), tmp_path, 1, {})
     accelerator, back = roles_from(lambda name: resume_from(tmp_path, 1, resolve(str(tiny_llama)), name))
     restore(accelerator, tmp_path / "checkpoint-1")
-    moments = lambda role: [s[m] for _, s in sorted(role.optimizer.state_dict()["state"].items()) for m in ("exp_avg", "exp_avg_sq")]
+
+    def moments(role):
+        return [s[m] for _, s in sorted(role.optimizer.state_dict()["state"].items()) for m in ("exp_avg", "exp_avg_sq")]
+
     for name in names:
         assert all(torch.equal(a, b) for a, b in zip(moments(roles[name]), moments(back[name]), strict=True)), name
         assert all(torch.equal(a, b) for a, b in zip(roles[name].model.parameters(), back[name].model.parameters(), strict=True)), name
@@ -203,12 +227,15 @@ def test_bad_training_input_is_one_line_and_overwrites_nothing(tmp_path):
     assert (run / "keep.txt").read_text() == "finished work" and sorted(p.name for p in run.iterdir()) == ["config.json", "keep.txt"]
 
 
-@pytest.mark.parametrize("key, value, message", [
-    ("learning_rate", 0, "knob learning_rate must be a number in (0, 1)"),
-    ("samples_per_prompt", 1, "knob samples_per_prompt must be at least 2"),
-    ("temperature", 0, "knob temperature must be a number in (0, 2]"),
-    ("micro_batch", 0, "knob micro_batch must be an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("learning_rate", 0, "knob learning_rate must be a number in (0, 1)"),
+        ("samples_per_prompt", 1, "knob samples_per_prompt must be at least 2"),
+        ("temperature", 0, "knob temperature must be a number in (0, 2]"),
+        ("micro_batch", 0, "knob micro_batch must be an integer >= 1"),
+    ],
+)
 def test_out_of_range_knobs(key, value, message):
     from cfbench.harness.errors import CfbenchError
 

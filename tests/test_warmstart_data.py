@@ -83,8 +83,12 @@ def test_evaluation_side_sees_every_suite_question():
 
 @pytest.mark.slow
 def test_the_builder_rebuilds_both_files_byte_for_byte(tmp_path):
-    subprocess.run([sys.executable, "-m", "cfbench.tasks.build_warmstart", "--sources", str(SOURCES), "--out", str(tmp_path)],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        [sys.executable, "-m", "cfbench.tasks.build_warmstart", "--sources", str(SOURCES), "--out", str(tmp_path)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     for kind, name in (("corpus", "train-sources"), ("train", "warmstart")):
         spec = MANIFEST[kind][name]
         assert (tmp_path / spec["file"]).read_bytes() == (TASKS_DIR / spec["file"]).read_bytes()

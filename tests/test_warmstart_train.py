@@ -45,7 +45,9 @@ def test_the_mask_covers_exactly_the_models_own_tokens_and_only_they_carry_loss(
     model = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32)
     deterministic = torch.are_deterministic_algorithms_enabled()
     try:  # the arguments' full_determinism turns on deterministic kernels process-wide; later tests get the setting back
-        trainer = SFTTrainer(model=model, args=sft_arguments(config, tmp_path), train_dataset=sft_dataset(episodes), processing_class=tokenizer)
+        trainer = SFTTrainer(
+            model=model, args=sft_arguments(config, tmp_path), train_dataset=sft_dataset(episodes), processing_class=tokenizer
+        )
     finally:
         torch.use_deterministic_algorithms(deterministic)
     batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(episodes))])
@@ -74,8 +76,13 @@ def test_the_subset_is_seeded_per_kind_and_refuses_more_than_the_data_holds(traj
 
 def test_a_bad_row_is_a_one_line_error_naming_its_line(tmp_path):
     path = tmp_path / "bad.jsonl.gz"
-    write(path, [{"id": "a", "role": "solver", "kind": "single", "prompt": "p", "turns": [{"generated": "x", "observation": ""}]},
-                 {"id": "b", "role": "judge", "kind": "single", "prompt": "p", "turns": [{"generated": "x"}]}])
+    write(
+        path,
+        [
+            {"id": "a", "role": "solver", "kind": "single", "prompt": "p", "turns": [{"generated": "x", "observation": ""}]},
+            {"id": "b", "role": "judge", "kind": "single", "prompt": "p", "turns": [{"generated": "x"}]},
+        ],
+    )
     with pytest.raises(CfbenchError, match=r"bad.jsonl.gz:2: field role must be one of solver, proposer, got 'judge'"):
         parse_rows(*read_data(str(path)))
     with pytest.raises(CfbenchError, match=r"--steps does not apply to warm-start"):
@@ -88,9 +95,28 @@ def test_cpu_smoke_twice_gives_byte_identical_adapters_and_the_cli_exports_one(t
     config = load_config("warm-start", "cpu-smoke")
     first = warm_start(config, tmp_path / "a", command="test")
     dest = tmp_path / "models" / "smollm2-135m-search"
-    done = subprocess.run([sys.executable, "-m", "cfbench.cli", "train", "--treatment", "warm-start", "--scale", "cpu-smoke",
-                           "--out", str(tmp_path / "b"), "--threads", str(torch.get_num_threads()), "--export-adapter", str(dest)],
-                          check=False, capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cfbench.cli",
+            "train",
+            "--treatment",
+            "warm-start",
+            "--scale",
+            "cpu-smoke",
+            "--out",
+            str(tmp_path / "b"),
+            "--threads",
+            str(torch.get_num_threads()),
+            "--export-adapter",
+            str(dest),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     for name in ADAPTER_FILES:
         assert (first / name).read_bytes() == (tmp_path / "b" / "adapter" / name).read_bytes() == (dest / name).read_bytes()

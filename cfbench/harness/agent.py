@@ -50,7 +50,13 @@ def run_batch(
         searching: list[tuple[Trajectory, dict]] = []
         for traj, text in zip(active, generated, strict=True):
             action, content = protocol.parse_action(text)
-            record = {"generated": text, "action": action, "query": content if action == "search" else None, "doc_ids": [], "doc_scores": []}
+            record = {
+                "generated": text,
+                "action": action,
+                "query": content if action == "search" else None,
+                "doc_ids": [],
+                "doc_scores": [],
+            }
             traj.turns.append(record)
             traj.context += text
             if action == "answer" or last_turn:

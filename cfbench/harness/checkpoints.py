@@ -100,8 +100,10 @@ def adapter_hash(directory: Path) -> str:
     """What a merge depends on: the adapter's config (rank, scaling, target modules) and its weights."""
     for name in ADAPTER_FILES:
         if not (directory / name).is_file():
-            raise CfbenchError(f"adapter {directory} has no {name}; restore it from git or export it again "
-                               f"(cfbench train --treatment warm-start --scale cpu --out RUN --resume --export-adapter {directory})")
+            raise CfbenchError(
+                f"adapter {directory} has no {name}; restore it from git or export it again "
+                f"(cfbench train --treatment warm-start --scale cpu --out RUN --resume --export-adapter {directory})"
+            )
     return _digest([directory / name for name in ADAPTER_FILES])
 
 
@@ -141,8 +143,17 @@ def _merged(name: str, adapter: Adapter) -> Path:
         return target
     with _replacing(target) as out:
         _merge(base, adapter.directory, out)
-        (out / SOURCE).write_text(json.dumps({"base": adapter.base, "base_weights_sha256": weights_hash(base),
-                                              "adapter": str(adapter.directory), "adapter_sha256": digest}, indent=2))
+        (out / SOURCE).write_text(
+            json.dumps(
+                {
+                    "base": adapter.base,
+                    "base_weights_sha256": weights_hash(base),
+                    "adapter": str(adapter.directory),
+                    "adapter_sha256": digest,
+                },
+                indent=2,
+            )
+        )
     return target
 
 

@@ -15,11 +15,18 @@ DEFAULTS = Knobs()
 
 @click.command("eval")
 @click.option("--ckpt", default=None, help="Local HF checkpoint dir, a bundled model (smollm2-135m) or a hub id (hf, vllm).")
-@click.option("--suite", default="fixed1325", show_default=True, help="Bundled suite (fixed1325, mini, full) or a FlashRAG-style jsonl file.")
+@click.option(
+    "--suite", default="fixed1325", show_default=True, help="Bundled suite (fixed1325, mini, full) or a FlashRAG-style jsonl file."
+)
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Run directory (trajectories, results).")
 @click.option("--resume", is_flag=True, help="Continue the run in --out without redoing finished questions.")
-@click.option("--retriever", "retriever_spec", default="bm25", show_default=True,
-              help="bm25, dense or lucene over --corpus, an index directory, a Search-R1-style server URL, or replay:RUN_DIR.")
+@click.option(
+    "--retriever",
+    "retriever_spec",
+    default="bm25",
+    show_default=True,
+    help="bm25, dense or lucene over --corpus, an index directory, a Search-R1-style server URL, or replay:RUN_DIR.",
+)
 @click.option("--corpus", type=click.Path(path_type=Path), default=None, help="Passages as jsonl(.gz) [default: bundled corpus].")
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True, help="Trajectories stepped together.")
 @click.option("--topk", type=int, default=DEFAULTS.topk, show_default=True)
@@ -27,11 +34,21 @@ DEFAULTS = Knobs()
 @click.option("--max-new-tokens", type=int, default=DEFAULTS.max_new_tokens, show_default=True)
 @click.option("--max-obs-tokens", type=int, default=DEFAULTS.max_obs_tokens, show_default=True)
 @click.option("--max-context-tokens", type=int, default=DEFAULTS.max_context_tokens, show_default=True)
-@click.option("--backend", "engine", type=click.Choice(["hf", "vllm", "openai"]), default="hf", show_default=True,
-              help="hf: transformers in process; vllm: vLLM in process (GPU); openai: an OpenAI-compatible server.")
+@click.option(
+    "--backend",
+    "engine",
+    type=click.Choice(["hf", "vllm", "openai"]),
+    default="hf",
+    show_default=True,
+    help="hf: transformers in process; vllm: vLLM in process (GPU); openai: an OpenAI-compatible server.",
+)
 @click.option("--device", default="cpu", show_default=True, help="hf: torch device.")
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
-              help="hf, vllm: weights dtype [default: float32 for hf, bfloat16 for vllm].")
+@click.option(
+    "--dtype",
+    type=click.Choice(["float32", "bfloat16", "float16"]),
+    default=None,
+    help="hf, vllm: weights dtype [default: float32 for hf, bfloat16 for vllm].",
+)
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="hf: torch CPU threads (default: torch's).")
 @click.option("--tensor-parallel-size", type=click.IntRange(min=1), default=1, show_default=True, help="vllm: GPUs per model.")
 @click.option("--gpu-memory-utilization", type=click.FloatRange(0.05, 1.0), default=0.9, show_default=True, help="vllm.")
@@ -42,14 +59,47 @@ DEFAULTS = Knobs()
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True, help="openai: requests in flight.")
 @click.option("--request-size", type=click.IntRange(min=1), default=16, show_default=True, help="openai: prompts per request.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True, help="openai: seconds per request.")
-@click.option("--retries", type=click.IntRange(min=0), default=3, show_default=True,
-              help="openai: retries of a failed request (the openai SDK's, with exponential backoff).")
+@click.option(
+    "--retries",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="openai: retries of a failed request (the openai SDK's, with exponential backoff).",
+)
 @click.option("--api-key", default=None, help="openai: the server's key [default: $OPENAI_API_KEY; none for a local server].")
 @click.option("--organization", default=None, help="openai: OpenAI organization header [default: $OPENAI_ORG_ID].")
 @click.option("--seed", type=int, default=0, show_default=True)
-def eval_cmd(ckpt, suite, out, resume, retriever_spec, corpus, batch_size, topk, max_searches, max_new_tokens, max_obs_tokens,
-             max_context_tokens, engine, device, dtype, threads, tensor_parallel_size, gpu_memory_utilization, max_model_len,
-             base_url, model, tokenizer, concurrency, request_size, timeout, retries, api_key, organization, seed) -> None:
+def eval_cmd(
+    ckpt,
+    suite,
+    out,
+    resume,
+    retriever_spec,
+    corpus,
+    batch_size,
+    topk,
+    max_searches,
+    max_new_tokens,
+    max_obs_tokens,
+    max_context_tokens,
+    engine,
+    device,
+    dtype,
+    threads,
+    tensor_parallel_size,
+    gpu_memory_utilization,
+    max_model_len,
+    base_url,
+    model,
+    tokenizer,
+    concurrency,
+    request_size,
+    timeout,
+    retries,
+    api_key,
+    organization,
+    seed,
+) -> None:
     """Evaluate a checkpoint on a suite under protocol v1 and print Cover-EM tables."""
     from cfbench.harness.backends.choose import backend_for
     from cfbench.harness.evaluate import evaluate
@@ -61,16 +111,44 @@ def eval_cmd(ckpt, suite, out, resume, retriever_spec, corpus, batch_size, topk,
         knobs = Knobs(topk, max_searches, max_new_tokens, max_obs_tokens, max_context_tokens)
         the_suite = load_suite(suite)
         retriever = retriever_for(retriever_spec, corpus)
-        backend = backend_for(engine, ckpt=ckpt, device=device, dtype=dtype, threads=threads, base_url=base_url, model=model,
-                              tokenizer=tokenizer, concurrency=concurrency, request_size=request_size, timeout=timeout,
-                              retries=retries, api_key=api_key, organization=organization, tensor_parallel_size=tensor_parallel_size,
-                              gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, seed=seed)
+        backend = backend_for(
+            engine,
+            ckpt=ckpt,
+            device=device,
+            dtype=dtype,
+            threads=threads,
+            base_url=base_url,
+            model=model,
+            tokenizer=tokenizer,
+            concurrency=concurrency,
+            request_size=request_size,
+            timeout=timeout,
+            retries=retries,
+            api_key=api_key,
+            organization=organization,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            seed=seed,
+        )
         with job_progress(the_suite.name, "q", fields={"searches": 0}) as progress:
+
             def on_searches(n: int) -> None:
                 progress.update(searches=progress.fields["searches"] + n)
 
-            results = evaluate(the_suite, backend, retriever, knobs, out, batch_size=batch_size, seed=seed, resume=resume,
-                               on_start=progress.start, on_questions=lambda n: progress.update(advance=n), on_searches=on_searches)
+            results = evaluate(
+                the_suite,
+                backend,
+                retriever,
+                knobs,
+                out,
+                batch_size=batch_size,
+                seed=seed,
+                resume=resume,
+                on_start=progress.start,
+                on_questions=lambda n: progress.update(advance=n),
+                on_searches=on_searches,
+            )
         Console().print(results_table(results))
         console.print(f"run record: {out}")
 
@@ -83,8 +161,12 @@ def index() -> None:
 @index.command("build")
 @click.option("--corpus", type=click.Path(path_type=Path), required=True, help="Passages as jsonl(.gz): id+contents or id+title+text.")
 @click.option("--kind", required=True, help="bm25, dense or lucene.")
-@click.option("--encoder", default="minilm", show_default=True, help="Dense encoder: minilm (offline), e5-base-v2 (hub), or a model dir/id.")
-@click.option("--hnsw-m", type=click.IntRange(min=0), default=0, show_default=True, help="Dense: HNSW graph degree (0 = exact flat search).")
+@click.option(
+    "--encoder", default="minilm", show_default=True, help="Dense encoder: minilm (offline), e5-base-v2 (hub), or a model dir/id."
+)
+@click.option(
+    "--hnsw-m", type=click.IntRange(min=0), default=0, show_default=True, help="Dense: HNSW graph degree (0 = exact flat search)."
+)
 @click.option("--dtype", default="float32", show_default=True, help="Dense: stored embedding type, float32 or float16.")
 @click.option("--out", type=click.Path(path_type=Path), required=True)
 def index_build(corpus, kind, encoder, hnsw_m, dtype, out) -> None:
@@ -108,14 +190,30 @@ def retriever() -> None:
 @click.option("--corpus", type=click.Path(path_type=Path), default=None, help="The corpus [default: the one in the manifest].")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
-@click.option("--max-results", type=click.IntRange(min=1), default=8192, show_default=True,
-              help="Most passages one request may ask for (queries x topk); more is a 422.")
-@click.option("--max-body-bytes", type=click.IntRange(min=1), default=1 << 20, show_default=True,
-              help="Largest request body; more is a 413, refused before it is read whole.")
-@click.option("--deadline", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
-              help="Seconds a request may take, queueing included; past it, a 503.")
-@click.option("--max-connections", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Open connections at once; past it, a 503.")
+@click.option(
+    "--max-results",
+    type=click.IntRange(min=1),
+    default=8192,
+    show_default=True,
+    help="Most passages one request may ask for (queries x topk); more is a 422.",
+)
+@click.option(
+    "--max-body-bytes",
+    type=click.IntRange(min=1),
+    default=1 << 20,
+    show_default=True,
+    help="Largest request body; more is a 413, refused before it is read whole.",
+)
+@click.option(
+    "--deadline",
+    type=click.FloatRange(min=0.1),
+    default=60.0,
+    show_default=True,
+    help="Seconds a request may take, queueing included; past it, a 503.",
+)
+@click.option(
+    "--max-connections", type=click.IntRange(min=1), default=64, show_default=True, help="Open connections at once; past it, a 503."
+)
 def retriever_serve(index_dir, corpus, host, port, max_results, max_body_bytes, deadline, max_connections) -> None:
     """Answer Search-R1's POST /retrieve (and GET /health) from an index."""
     from cfbench.harness.corpus import load_corpus
@@ -146,7 +244,6 @@ def serve_model(ckpt, name, host, port, device, dtype, threads) -> None:
         backend = HFBackend.load(resolve(ckpt), device=device, dtype=dtype, threads=threads)
         console.print(f"serving {ckpt} as {name or ckpt!r} on http://{host}:{port}/v1")
     serve(backend, name or ckpt, host, port)
-
 
 
 COMMANDS = (eval_cmd, index, retriever, serve_model)

@@ -100,8 +100,9 @@ class JobProgress:
 
 
 @contextlib.contextmanager
-def job_progress(description: str, unit: str, total: int | None = None, *, fields: dict | None = None,
-                 transient: bool = False, quiet: bool = False):
+def job_progress(
+    description: str, unit: str, total: int | None = None, *, fields: dict | None = None, transient: bool = False, quiet: bool = False
+):
     """A JobProgress for a job (`quiet`: shows nothing, e.g. on a non-main training process). `fields` (name -> first
     value) follow the count. Plain lines unless both stdout and the stderr console are terminals: under nohup, CI or
     `| tee` one of them is a file or a pipe, and the log is what is read there."""
@@ -109,8 +110,15 @@ def job_progress(description: str, unit: str, total: int | None = None, *, field
     if quiet or not (sys.stdout.isatty() and console.is_terminal):
         yield JobProgress(description, unit, total, fields, None, quiet)
         return
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               *(TextColumn(f"{name} {{task.fields[{name}]}}") for name in fields), TextColumn("{task.fields[rate]}"),
-               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        *(TextColumn(f"{name} {{task.fields[{name}]}}") for name in fields),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=console, transient=transient) as bar:
         yield JobProgress(description, unit, total, fields, bar, quiet)

@@ -35,9 +35,7 @@ def load_corpus(path: Path = BUNDLED_CORPUS) -> Corpus:
         elif isinstance(row.get("title"), str) and isinstance(row.get("text"), str):
             text = f'"{row["title"]}"\n{row["text"]}'
         else:
-            raise CfbenchError(
-                f"{path}:{lineno}: missing field 'contents' (rows need id + contents, or id + title + text)"
-            )
+            raise CfbenchError(f"{path}:{lineno}: missing field 'contents' (rows need id + contents, or id + title + text)")
         ids.append(str(pid))
         contents.append(text)
     if not ids:

@@ -38,7 +38,9 @@ def git_commit() -> str | None:
     here = Path(__file__).resolve().parent
     try:
         head = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
     return head + ("+dirty" if dirty else "")
@@ -138,12 +140,14 @@ def evaluate(
             done_now += len(rows)
             on_questions(len(rows))
     finally:  # an interrupted session's time counts too
-        segments = run.add_segment({
-            "started": datetime.fromtimestamp(started, UTC).isoformat(),
-            "ended": datetime.now(UTC).isoformat(),
-            "questions": done_now,
-            "host": host(),
-        })
+        segments = run.add_segment(
+            {
+                "started": datetime.fromtimestamp(started, UTC).isoformat(),
+                "ended": datetime.now(UTC).isoformat(),
+                "questions": done_now,
+                "host": host(),
+            }
+        )
 
     rows = [finished[q.id] for q in questions]
     results = {

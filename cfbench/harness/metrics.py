@@ -80,7 +80,5 @@ def aggregate(rows: list[dict]) -> dict[str, dict]:
         table[bench] = {m: mean(s[m] for s in scores) for m in METRICS} | {"n": len(scores)}
     for group, members in GROUPS.items():
         if all(b in table for b in members):
-            table[group] = {m: mean(table[b][m] for b in members) for m in METRICS} | {
-                "n": sum(table[b]["n"] for b in members)
-            }
+            table[group] = {m: mean(table[b][m] for b in members) for m in METRICS} | {"n": sum(table[b]["n"] for b in members)}
     return table

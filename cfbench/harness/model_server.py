@@ -66,14 +66,12 @@ def make_app(backend: HFBackend, name: str) -> FastAPI:
     tokenizer = backend.tokens.tokenizer
     max_len = backend.model.config.max_position_embeddings
     ids = itertools.count()
-    card = {"id": name, "object": "model", "created": 0, "owned_by": "cfbench", "max_model_len": max_len,
-            "cfbench": backend.describe()}
+    card = {"id": name, "object": "model", "created": 0, "owned_by": "cfbench", "max_model_len": max_len, "cfbench": backend.describe()}
 
     @app.exception_handler(_Refused)
     async def refused(_: Request, err: _Refused):
         kind = "not_found_error" if err.status == 404 else "invalid_request_error"
-        return JSONResponse({"error": {"message": err.message, "type": kind, "param": err.param, "code": err.code}},
-                            status_code=err.status)
+        return JSONResponse({"error": {"message": err.message, "type": kind, "param": err.param, "code": err.code}}, status_code=err.status)
 
     @app.get("/health")
     def health() -> dict:
@@ -87,12 +85,21 @@ def make_app(backend: HFBackend, name: str) -> FastAPI:
     async def completions(raw: Request):
         request = _parse(CompletionRequest, await raw.body())
         prompts = _token_prompts(request, tokenizer)
-        outs = await run_in_threadpool(decode, request, prompts, request.max_tokens if request.max_tokens is not None else 16,
-                                       "max_tokens", "prompt")
-        choices = [{"index": i, "text": _shown(c, request), "logprobs": None, "finish_reason": c.finish, "stop_reason": c.stop}
-                   for i, c in enumerate(outs)]
-        return {"id": f"cmpl-{next(ids)}", "object": "text_completion", "created": int(time.time()), "model": name,
-                "choices": choices, "usage": _usage(prompts, outs)}
+        outs = await run_in_threadpool(
+            decode, request, prompts, request.max_tokens if request.max_tokens is not None else 16, "max_tokens", "prompt"
+        )
+        choices = [
+            {"index": i, "text": _shown(c, request), "logprobs": None, "finish_reason": c.finish, "stop_reason": c.stop}
+            for i, c in enumerate(outs)
+        ]
+        return {
+            "id": f"cmpl-{next(ids)}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": name,
+            "choices": choices,
+            "usage": _usage(prompts, outs),
+        }
 
     @app.post("/v1/chat/completions")
     async def chat(raw: Request):
@@ -108,27 +115,51 @@ def make_app(backend: HFBackend, name: str) -> FastAPI:
         limit = getattr(request, param)
         outs = await run_in_threadpool(decode, request, [prompt], limit if limit is not None else max_len - len(prompt), param, "messages")
         [out] = outs
-        choice = {"index": 0, "message": {"role": "assistant", "content": _shown(out, request)}, "logprobs": None,
-                  "finish_reason": out.finish, "stop_reason": out.stop}
-        return {"id": f"chatcmpl-{next(ids)}", "object": "chat.completion", "created": int(time.time()), "model": name,
-                "choices": [choice], "usage": _usage([prompt], outs)}
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": _shown(out, request)},
+            "logprobs": None,
+            "finish_reason": out.finish,
+            "stop_reason": out.stop,
+        }
+        return {
+            "id": f"chatcmpl-{next(ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": name,
+            "choices": [choice],
+            "usage": _usage([prompt], outs),
+        }
 
     def decode(request: _Sampling, prompts: list[list[int]], max_tokens: int, limit_param: str, prompt_param: str) -> list[Completion]:
         if request.model != name:
             raise _Refused(404, f"model {request.model!r} is not served here; this server serves {name!r}", "model")
         if request.temperature not in (None, 0):
-            raise _Refused(400, f"temperature {request.temperature} is not supported: serve-model decodes greedily (temperature 0)", "temperature")
+            raise _Refused(
+                400, f"temperature {request.temperature} is not supported: serve-model decodes greedily (temperature 0)", "temperature"
+            )
         if request.n != 1 or request.stream:
-            raise _Refused(400, "serve-model returns one complete answer per prompt: n must be 1 and stream false", "n" if request.n != 1 else "stream")
+            raise _Refused(
+                400, "serve-model returns one complete answer per prompt: n must be 1 and stream false", "n" if request.n != 1 else "stream"
+            )
         longest = max(len(p) for p in prompts)
         if longest >= max_len:  # OpenAI's wording and code for a prompt with no room left to generate
-            raise _Refused(400, f"This model's maximum context length is {max_len} tokens. However, your {prompt_param} resulted in "
-                                f"{longest} tokens. Please reduce the length of the {prompt_param}.", prompt_param, "context_length_exceeded")
+            raise _Refused(
+                400,
+                f"This model's maximum context length is {max_len} tokens. However, your {prompt_param} resulted in "
+                f"{longest} tokens. Please reduce the length of the {prompt_param}.",
+                prompt_param,
+                "context_length_exceeded",
+            )
         if max_tokens < 1:
             raise _Refused(400, f"{limit_param} must be at least 1, got {max_tokens}", limit_param)
         if longest + max_tokens > max_len:
-            raise _Refused(400, f"this model's maximum context length is {max_len} tokens; the request asks for "
-                                f"{longest} prompt + {max_tokens} new tokens", limit_param, "context_length_exceeded")
+            raise _Refused(
+                400,
+                f"this model's maximum context length is {max_len} tokens; the request asks for {longest} prompt + {max_tokens} new tokens",
+                limit_param,
+                "context_length_exceeded",
+            )
         stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
         with lock:
             return backend.complete(prompts, max_tokens, stop)

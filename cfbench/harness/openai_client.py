@@ -18,14 +18,16 @@ HOSTED = "https://api.openai.com/v1"
 LOCAL_KEY = "EMPTY"  # vLLM and `cfbench serve-model` started without a key accept any; the SDK insists on one
 
 
-def make_client(base_url: str | None, *, api_key: str | None = None, organization: str | None = None,
-                timeout: float = 600.0, retries: int = 3) -> openai.OpenAI:
+def make_client(
+    base_url: str | None, *, api_key: str | None = None, organization: str | None = None, timeout: float = 600.0, retries: int = 3
+) -> openai.OpenAI:
     """A client for `base_url` (None: the hosted OpenAI API, which needs a key)."""
     key = api_key or os.environ.get("OPENAI_API_KEY")
     if not key and base_url is None:
         raise CfbenchError("the hosted OpenAI API needs a key: set OPENAI_API_KEY or pass --api-key")
-    return openai.OpenAI(api_key=key or LOCAL_KEY, organization=organization, base_url=base_url or HOSTED,
-                         timeout=timeout, max_retries=retries)
+    return openai.OpenAI(
+        api_key=key or LOCAL_KEY, organization=organization, base_url=base_url or HOSTED, timeout=timeout, max_retries=retries
+    )
 
 
 @contextlib.contextmanager
@@ -36,8 +38,10 @@ def one_line_errors(what: str, client: openai.OpenAI):
     try:
         yield
     except openai.APIConnectionError as err:  # refused, reset or timed out, every try
-        raise CfbenchError(f"{what} {url} is not answering ({type(err).__name__} after {tries} tries); start it "
-                           "(`cfbench serve-model`, `vllm serve`) or fix the URL") from None
+        raise CfbenchError(
+            f"{what} {url} is not answering ({type(err).__name__} after {tries} tries); start it "
+            "(`cfbench serve-model`, `vllm serve`) or fix the URL"
+        ) from None
     except openai.APIStatusError as err:
         code = err.status_code
         if code in (408, 409, 429) or code >= 500:

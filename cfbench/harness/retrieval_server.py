@@ -71,16 +71,22 @@ def make_app(retriever: Retriever, default_topk: int = 3, limits: Limits = Limit
             raise _Refused(422, f"topk must be between 1 and {MAX_TOPK}, got {k}")
         n = len(request.queries)
         if n * k > limits.max_results:
-            raise _Refused(422, f"{n} queries x topk {k} = {n * k} passages; the limit is {limits.max_results} per request "
-                                "(--max-results): send fewer queries per request")
+            raise _Refused(
+                422,
+                f"{n} queries x topk {k} = {n * k} passages; the limit is {limits.max_results} per request "
+                "(--max-results): send fewer queries per request",
+            )
         for i, query in enumerate(request.queries):
             if len(query) > MAX_QUERY_CHARS:
                 raise _Refused(422, f"query {i} has {len(query)} characters; the limit is {MAX_QUERY_CHARS}")
         try:
             results = await asyncio.wait_for(asyncio.wrap_future(searcher.submit(request.queries, k)), limits.deadline_s)
         except TimeoutError:  # wait_for cancelled the search: its remaining chunks are dropped
-            raise _Refused(503, f"the search did not finish within the {limits.deadline_s:g} s deadline (--deadline); "
-                                "retry later or send fewer queries per request") from None
+            raise _Refused(
+                503,
+                f"the search did not finish within the {limits.deadline_s:g} s deadline (--deadline); "
+                "retry later or send fewer queries per request",
+            ) from None
         if request.return_scores:
             payload = [[{"document": {"id": h.id, "contents": h.contents}, "score": h.score} for h in hits] for hits in results]
         else:

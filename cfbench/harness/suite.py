@@ -48,9 +48,7 @@ def load_suite(name_or_path: str) -> Suite:
         return Suite(name_or_path, path, entry["sha256"], _parse(path, data, name_or_path))
     path = Path(name_or_path)
     if not path.exists():
-        raise CfbenchError(
-            f"unknown suite {name_or_path!r}: not a bundled suite ({', '.join(bundled)}) and no such file"
-        )
+        raise CfbenchError(f"unknown suite {name_or_path!r}: not a bundled suite ({', '.join(bundled)}) and no such file")
     data = jsonl.read_bytes(path)
     stem = path.name.split(".")[0]
     return Suite(stem, path, jsonl.sha256(data), _parse(path, data, stem))
@@ -66,8 +64,9 @@ def file_rows(path: Path, data: bytes) -> Iterator[tuple[str, dict]]:
     return ((f"{path}:{lineno}", row) for lineno, row in jsonl.iter_rows(path, data))
 
 
-def checked_questions(rows: Iterable[tuple[str, dict]], group: str, default_group: str,
-                      what: str) -> list[tuple[str, str, str, tuple[str, ...]]]:
+def checked_questions(
+    rows: Iterable[tuple[str, dict]], group: str, default_group: str, what: str
+) -> list[tuple[str, str, str, tuple[str, ...]]]:
     """(id, group, question, golden_answers) for each (place, row), in order; the one rule set for questions.
 
     `group` is the field that names where a question comes from (a suite's `benchmark`, a training set's
@@ -83,8 +82,9 @@ def checked_questions(rows: Iterable[tuple[str, dict]], group: str, default_grou
             if not isinstance(value, str) or not value.strip():
                 raise CfbenchError(f"{where}: field {field!r} must be a non-blank string, got {value!r}; fix or remove the row")
         if not isinstance(answers, list) or not answers or not all(isinstance(a, str) and a.strip() for a in answers):
-            raise CfbenchError(f"{where}: field 'golden_answers' must be a non-empty list of non-blank strings, got {answers!r}; "
-                               "fix or remove the row")
+            raise CfbenchError(
+                f"{where}: field 'golden_answers' must be a non-empty list of non-blank strings, got {answers!r}; fix or remove the row"
+            )
         if qid in seen:
             raise CfbenchError(f"{where}: duplicate id {qid!r} (first at {seen[qid]}); give each question its own id")
         seen[qid] = where

@@ -24,8 +24,14 @@ def leaderboard(suite: str, runs: list[Run]) -> dict:
     """Comparable groups, the first one ranked as the leaderboard and the rest set apart with their reasons."""
     parts = comparable.partition(runs, lambda run: comparable.key(run.results))
     tables = [_table(k, members, comparable.differences(k, parts[0][0]) if i else []) for i, (k, members) in enumerate(parts)]
-    return {"suite": suite, "metric": RANK_METRIC, "rank_by": RANK_BY, "bootstrap": stats.describe(),
-            "tables": tables, "reported": reported(suite)}
+    return {
+        "suite": suite,
+        "metric": RANK_METRIC,
+        "rank_by": RANK_BY,
+        "bootstrap": stats.describe(),
+        "tables": tables,
+        "reported": reported(suite),
+    }
 
 
 def build(suite_dir: Path) -> dict:
@@ -50,26 +56,39 @@ def _table(key: dict, runs: list[Run], set_apart_because: list[str]) -> dict:
     best = by_id[entries[0]["id"]]
     for rank, entry in enumerate(entries, start=1):
         entry["rank"] = rank
-        entry["vs_best"] = None if rank == 1 else {
-            name: {k: v for k, v in result[RANK_METRIC].items() if k in ("delta", "lo", "hi", "p")}
-            for name, result in stats.paired(by_id[entry["id"]].rows, best.rows).items()
-        }
+        entry["vs_best"] = (
+            None
+            if rank == 1
+            else {
+                name: {k: v for k, v in result[RANK_METRIC].items() if k in ("delta", "lo", "hi", "p")}
+                for name, result in stats.paired(by_id[entry["id"]].rows, best.rows).items()
+            }
+        )
     names = list(entries[0]["scores"])
     columns = {"benchmarks": [n for n in names if n not in GROUPS], "groups": [n for n in names if n in GROUPS]}
-    return {"comparable_on": key, "set_apart_because": set_apart_because, **columns,
-            "best": {n: max(e["scores"][n][RANK_METRIC]["value"] for e in entries) for n in names} if len(entries) > 1 else {},
-            "runs": entries}
+    return {
+        "comparable_on": key,
+        "set_apart_because": set_apart_because,
+        **columns,
+        "best": {n: max(e["scores"][n][RANK_METRIC]["value"] for e in entries) for n in names} if len(entries) > 1 else {},
+        "runs": entries,
+    }
 
 
 def _entry(run: Run) -> dict:
     spread = stats.intervals(run.rows)
     scores, model = run.results["scores"], run.results["model"]
     return {
-        "id": run.id, **run.labels,
-        "model": model.get("model"), "weights_sha256": model.get("weights_sha256"), "engine": model.get("engine"),
+        "id": run.id,
+        **run.labels,
+        "model": model.get("model"),
+        "weights_sha256": model.get("weights_sha256"),
+        "engine": model.get("engine"),
         "wall_time_s": run.results.get("wall_time_s"),
-        "scores": {name: {m: {"value": round(scores[name][m], stats.DIGITS), **spread[name][m]} for m in METRICS} | {"n": scores[name]["n"]}
-                   for name in spread},  # in the suite's benchmark order, then the averages
+        "scores": {
+            name: {m: {"value": round(scores[name][m], stats.DIGITS), **spread[name][m]} for m in METRICS} | {"n": scores[name]["n"]}
+            for name in spread
+        },  # in the suite's benchmark order, then the averages
     }
 
 

@@ -13,8 +13,9 @@ from cfbench.harness.errors import CfbenchError
 from cfbench.harness.metrics import GROUPS
 
 ROOT = Path("leaderboards")
-_root = click.option("--root", type=click.Path(path_type=Path), default=ROOT, show_default=True,
-                     help="Folder of leaderboards, one subfolder per suite.")
+_root = click.option(
+    "--root", type=click.Path(path_type=Path), default=ROOT, show_default=True, help="Folder of leaderboards, one subfolder per suite."
+)
 
 
 @click.group()
@@ -34,7 +35,9 @@ def add_cmd(run_dir, name, treatment, scale, root) -> None:
 
     with one_line_errors():
         entry, new = add(load_run(run_dir), root, {"name": name, "treatment": treatment, "scale": scale})
-        console.print(f"{'stored' if new else 'already stored'}: {entry}; now run cfbench leaderboard build", highlight=False, soft_wrap=True)
+        console.print(
+            f"{'stored' if new else 'already stored'}: {entry}; now run cfbench leaderboard build", highlight=False, soft_wrap=True
+        )
 
 
 @leaderboard.command("build")
@@ -56,8 +59,11 @@ def build_cmd(suites, root) -> None:
             console.print(f"{root / name}: {runs} runs", highlight=False, soft_wrap=True)
             for i, table in enumerate(board["tables"][1:], start=1):
                 labels = ", ".join(f"{r['name']} ({r['id']})" for r in table["runs"])
-                console.print(f"  set apart ({i}): {labels}: {'; '.join(table['set_apart_because'])} (this group vs the ranked runs)",
-                              highlight=False, soft_wrap=True)
+                console.print(
+                    f"  set apart ({i}): {labels}: {'; '.join(table['set_apart_because'])} (this group vs the ranked runs)",
+                    highlight=False,
+                    soft_wrap=True,
+                )
 
 
 @leaderboard.command("export")
@@ -88,13 +94,17 @@ def compare_cmd(run_a, run_b, metric) -> None:
         a, b = load_run(run_a), load_run(run_b)
         reasons = comparable.differences(comparable.key(a.results), comparable.key(b.results))
         if reasons:
-            raise CfbenchError(f"{run_a} and {run_b} are not comparable ({'; '.join(reasons)}); compare runs of one suite, protocol, "
-                               "metric version and retriever")
+            raise CfbenchError(
+                f"{run_a} and {run_b} are not comparable ({'; '.join(reasons)}); compare runs of one suite, protocol, "
+                "metric version and retriever"
+            )
         shared = {r["id"] for r in a.rows} & {r["id"] for r in b.rows}
         if not shared:
             raise CfbenchError(f"{run_a} and {run_b} share no question ids; pairing needs the same questions")
-        table = Table(title=f"{metric}: A = {a.labels['name']} ({a.id}), B = {b.labels['name']} ({b.id}); "
-                            f"paired bootstrap, {stats.RESAMPLES} resamples, seed {stats.SEED}")
+        table = Table(
+            title=f"{metric}: A = {a.labels['name']} ({a.id}), B = {b.labels['name']} ({b.id}); "
+            f"paired bootstrap, {stats.RESAMPLES} resamples, seed {stats.SEED}"
+        )
         for column in ("benchmark", "n", "A", "B", "A - B", "95% interval", "p"):
             table.add_column(column, justify="left" if column == "benchmark" else "right")
         results = stats.paired(a.rows, b.rows)
@@ -103,6 +113,13 @@ def compare_cmd(run_a, run_b, metric) -> None:
             r = result[metric]
             if name == first_average:
                 table.add_section()
-            table.add_row(column_label(name), str(r["n"]), pct(r["a"]), pct(r["b"]), signed(r["delta"]),
-                          f"[{signed(r['lo'])}, {signed(r['hi'])}]", f"{r['p']:.3f}")
+            table.add_row(
+                column_label(name),
+                str(r["n"]),
+                pct(r["a"]),
+                pct(r["b"]),
+                signed(r["delta"]),
+                f"[{signed(r['lo'])}, {signed(r['hi'])}]",
+                f"{r['p']:.3f}",
+            )
         Console().print(table)

@@ -55,8 +55,9 @@ def partition(items: list, key_of) -> list[tuple[dict, list]]:
 
 def _standard(k: dict) -> bool:
     protocol = k["protocol"]
-    return protocol.get("version") == PROTOCOL_VERSION and protocol.get("knobs") == Knobs().as_dict() \
-        and k["metric_version"] == METRIC_VERSION
+    return (
+        protocol.get("version") == PROTOCOL_VERSION and protocol.get("knobs") == Knobs().as_dict() and k["metric_version"] == METRIC_VERSION
+    )
 
 
 def _identity(described):

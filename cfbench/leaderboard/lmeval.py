@@ -48,24 +48,31 @@ def lmeval_results(run: Run) -> dict:
             out["sample_count"] = {f"{m},none": out["sample_len"] for m in METRICS}
         return out
 
-    metadata = {"suite": results["suite"], "protocol": results["protocol"], "metric_version": results["metric_version"],
-                "retriever": results["retriever"]}
+    metadata = {
+        "suite": results["suite"],
+        "protocol": results["protocol"],
+        "metric_version": results["metric_version"],
+        "retriever": results["retriever"],
+    }
     every = tasks + groups
     return {
         "results": {PREFIX + name: entry(name) for name in every},
         "groups": {PREFIX + g: entry(g) for g in groups},
         "group_subtasks": {PREFIX + g: [PREFIX + child for child in _children(g, groups)] for g in groups},
-        "configs": {PREFIX + b: {
-            "task": PREFIX + b,
-            "dataset_path": results["suite"]["path"],
-            "dataset_name": b,
-            "test_split": results["suite"]["name"],
-            "output_type": "generate_until",
-            "num_fewshot": 0,
-            "metric_list": [{"metric": m, "aggregation": "mean", "higher_is_better": True} for m in METRICS],
-            "generation_kwargs": {"until": ["</search>", "</answer>"], "do_sample": False, "max_gen_toks": knobs["max_new_tokens"]},
-            "metadata": {"version": version, **metadata},
-        } for b in tasks},
+        "configs": {
+            PREFIX + b: {
+                "task": PREFIX + b,
+                "dataset_path": results["suite"]["path"],
+                "dataset_name": b,
+                "test_split": results["suite"]["name"],
+                "output_type": "generate_until",
+                "num_fewshot": 0,
+                "metric_list": [{"metric": m, "aggregation": "mean", "higher_is_better": True} for m in METRICS],
+                "generation_kwargs": {"until": ["</search>", "</answer>"], "do_sample": False, "max_gen_toks": knobs["max_new_tokens"]},
+                "metadata": {"version": version, **metadata},
+            }
+            for b in tasks
+        },
         "versions": {PREFIX + name: version for name in every},
         "n-shot": {PREFIX + name: 0 for name in every},
         "higher_is_better": {PREFIX + name: dict.fromkeys(METRICS, True) for name in every},

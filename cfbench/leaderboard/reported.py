@@ -23,5 +23,11 @@ _SUITES = ("fixed1325",)  # the suite built to the study's design; other suites 
 def reported(suite: str) -> dict | None:
     if suite not in _SUITES:
         return None
-    return {"note": NOTE, "source": SOURCE, "metric": "cover_em", "average": "avg7", "scales": list(SCALES),
-            "rows": [{"treatment": t, "avg7": dict(zip(SCALES, values))} for t, values in _AVG7.items()]}
+    return {
+        "note": NOTE,
+        "source": SOURCE,
+        "metric": "cover_em",
+        "average": "avg7",
+        "scales": list(SCALES),
+        "rows": [{"treatment": t, "avg7": dict(zip(SCALES, values))} for t, values in _AVG7.items()],
+    }

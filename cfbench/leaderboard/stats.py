@@ -24,8 +24,14 @@ _LO, _HI = 50 * (1 - LEVEL), 50 * (1 + LEVEL)  # percentiles bounding the interv
 
 
 def describe() -> dict:
-    return {"seed": SEED, "resamples": RESAMPLES, "level": LEVEL, "stratified_by": "benchmark",
-            "interval": "percentile", "p_value": "paired bootstrap, two-sided, centred: (1 + #|d* - d| >= |d|) / (resamples + 1)"}
+    return {
+        "seed": SEED,
+        "resamples": RESAMPLES,
+        "level": LEVEL,
+        "stratified_by": "benchmark",
+        "interval": "percentile",
+        "p_value": "paired bootstrap, two-sided, centred: (1 + #|d* - d| >= |d|) / (resamples + 1)",
+    }
 
 
 def by_benchmark(rows: list[dict], only: set[str] | None = None) -> dict[str, dict[str, np.ndarray]]:
@@ -35,15 +41,19 @@ def by_benchmark(rows: list[dict], only: set[str] | None = None) -> dict[str, di
         if only is None or row["id"] in only:
             grouped.setdefault(row["benchmark"], []).append(row)
     order = [b for b in BENCHMARKS if b in grouped] + sorted(set(grouped) - set(BENCHMARKS))
-    return {b: {"ids": [r["id"] for r in grouped[b]], "scores": np.array([[r["scores"][m] for m in METRICS] for r in grouped[b]])}
-            for b in order}
+    return {
+        b: {"ids": [r["id"] for r in grouped[b]], "scores": np.array([[r["scores"][m] for m in METRICS] for r in grouped[b]])}
+        for b in order
+    }
 
 
 def intervals(rows: list[dict]) -> dict[str, dict[str, dict]]:
     """{benchmark or group: {metric: {"lo", "hi"}}} for one run."""
     draws = _draws({b: part["scores"] for b, part in by_benchmark(rows).items()})
-    return {name: {m: {"lo": _round(np.percentile(d[:, i], _LO)), "hi": _round(np.percentile(d[:, i], _HI))} for i, m in enumerate(METRICS)}
-            for name, d in draws.items()}
+    return {
+        name: {m: {"lo": _round(np.percentile(d[:, i], _LO)), "hi": _round(np.percentile(d[:, i], _HI))} for i, m in enumerate(METRICS)}
+        for name, d in draws.items()
+    }
 
 
 def paired(rows_a: list[dict], rows_b: list[dict]) -> dict[str, dict[str, dict]]:
@@ -64,8 +74,15 @@ def paired(rows_a: list[dict], rows_b: list[dict]) -> dict[str, dict[str, dict]]
             delta = mean_a[name][i] - mean_b[name][i]
             d = da[:, i] - draws_b[name][:, i]
             p = (1 + np.count_nonzero(np.abs(d - delta) >= abs(delta) - 1e-12)) / (RESAMPLES + 1)
-            out[name][m] = {"a": _round(mean_a[name][i]), "b": _round(mean_b[name][i]), "delta": _round(delta),
-                            "lo": _round(np.percentile(d, _LO)), "hi": _round(np.percentile(d, _HI)), "p": _round(p), "n": n}
+            out[name][m] = {
+                "a": _round(mean_a[name][i]),
+                "b": _round(mean_b[name][i]),
+                "delta": _round(delta),
+                "lo": _round(np.percentile(d, _LO)),
+                "hi": _round(np.percentile(d, _HI)),
+                "p": _round(p),
+                "n": n,
+            }
     return out
 
 

@@ -66,8 +66,10 @@ def add(run: Run, root: Path, labels: dict[str, str | None]) -> tuple[Path, bool
     suite = check_suite_name(run.results["suite"]["name"], str(run.path / RESULTS))
     wanted = run.labels | {k: v for k, v in labels.items() if v is not None}
     if (root / suite).exists() and not (root / suite).is_dir():
-        raise CfbenchError(f"{run.path / RESULTS}: suite {suite!r} names the file {root / suite}, not a leaderboard folder; "
-                           "rename the suite (suite.name) or choose another --root")
+        raise CfbenchError(
+            f"{run.path / RESULTS}: suite {suite!r} names the file {root / suite}, not a leaderboard folder; "
+            "rename the suite (suite.name) or choose another --root"
+        )
     runs_dir = root / suite / RUNS
     dest = runs_dir / run.id
     if dest.is_dir():
@@ -114,8 +116,12 @@ def _read_json(path: Path) -> dict:
 
 def _score_row(path: Path, lineno: int, row: dict) -> dict:
     scores = row.get("scores")
-    if not isinstance(row.get("id"), str) or not isinstance(row.get("benchmark"), str) or not isinstance(scores, dict) \
-            or any(not isinstance(scores.get(m), (int, float)) for m in METRICS):
+    if (
+        not isinstance(row.get("id"), str)
+        or not isinstance(row.get("benchmark"), str)
+        or not isinstance(scores, dict)
+        or any(not isinstance(scores.get(m), (int, float)) for m in METRICS)
+    ):
         raise CfbenchError(f"{path}:{lineno}: a row needs a string id and benchmark and scores with {', '.join(METRICS)}")
     return {"benchmark": row["benchmark"], "id": row["id"], "scores": {m: scores[m] for m in METRICS}}
 
@@ -129,11 +135,15 @@ def _check(path: Path, results: dict, rows: list[dict]) -> None:
         raise CfbenchError(f"{path}: {len(rows)} scored questions but suite {results['suite'].get('name')!r} has {n}; finish the run first")
     recomputed = aggregate(rows)
     if set(recomputed) != set(results["scores"]):
-        raise CfbenchError(f"{path}: {RESULTS} scores {sorted(results['scores'])} but the per-question scores give "
-                           f"{sorted(recomputed)}; the record was edited or is incomplete")
+        raise CfbenchError(
+            f"{path}: {RESULTS} scores {sorted(results['scores'])} but the per-question scores give "
+            f"{sorted(recomputed)}; the record was edited or is incomplete"
+        )
     for bench, stated in results["scores"].items():
         for metric in METRICS:
             again = recomputed[bench][metric]
             if not math.isclose(again, stated.get(metric, math.nan), abs_tol=1e-12):
-                raise CfbenchError(f"{path}: {RESULTS} says {bench} {metric} = {stated.get(metric)} but the per-question scores "
-                                   f"give {again}; the record was edited or is incomplete")
+                raise CfbenchError(
+                    f"{path}: {RESULTS} says {bench} {metric} = {stated.get(metric)} but the per-question scores "
+                    f"give {again}; the record was edited or is incomplete"
+                )

@@ -236,7 +236,15 @@ def build(src: Path) -> tuple[dict[str, Catalog], Corpus, dict[str, list[Row]]]:
 
     # DeepResearcher's test sets: more aliases (and native ids) for questions already known.
     name = "multi/deepresearcher_test_3197.parquet"
-    ds_bench = {"nq": "nq", "tq": "triviaqa", "popqa": "popqa", "hotpotqa": "hotpotqa", "2wiki": "2wikimultihopqa", "musique": "musique", "Bamboogle": "bamboogle"}
+    ds_bench = {
+        "nq": "nq",
+        "tq": "triviaqa",
+        "popqa": "popqa",
+        "hotpotqa": "hotpotqa",
+        "2wiki": "2wikimultihopqa",
+        "musique": "musique",
+        "Bamboogle": "bamboogle",
+    }
     native = {"hotpotqa", "2wiki", "musique"}
     for r in pd.read_parquet(src / name).itertuples():
         answers = r.reward_model["ground_truth"].split("<|answer_split|>")
@@ -302,13 +310,15 @@ def build_train(src: Path, eval_questions: Iterable[str]) -> tuple[list[dict], d
             continue
         seen.add(key)
         local = provenance["id"] if "id" in provenance else f"row-{provenance['row']}"
-        rows.append({
-            "id": f"{source}-train/{local}",
-            "source": source,
-            "question": normalize_question(question),
-            "golden_answers": answers,
-            "provenance": provenance,
-        })
+        rows.append(
+            {
+                "id": f"{source}-train/{local}",
+                "source": source,
+                "question": normalize_question(question),
+                "golden_answers": answers,
+                "provenance": provenance,
+            }
+        )
     return rows, dropped
 
 
@@ -350,7 +360,9 @@ def main() -> None:
     if len(set(ids)) != len(ids):
         raise SystemExit(f"duplicate suite ids: {sorted({i for i in ids if ids.count(i) > 1})[:5]}")
 
-    manifest = {"seed": SEED, "suites": {}, "corpus": {}, "train": {}}
+    # Entries other builders own (build_warmstart's training sources and trajectories) are kept.
+    path = args.out / "manifest.json"
+    manifest = {"seed": SEED, "suites": {}, "corpus": {}, "train": {}} | (json.loads(path.read_text()) if path.is_file() else {})
     for name, rows, file in (("fixed1325", fixed, "fixed1325.jsonl"), ("mini", mini, "mini.jsonl"), ("full", full, "full.jsonl.gz")):
         sha = write(args.out / "suites" / file, jsonl_bytes(rows))
         counts = {b: sum(r["benchmark"] == b for r in rows) for b in BENCHMARKS}
@@ -360,8 +372,14 @@ def main() -> None:
     train, dropped = build_train(args.sources, (r["question"] for r in fixed + mini + full))
     sha = write(args.out / "train" / "search-r1.jsonl.gz", jsonl_bytes(train))
     counts = {s: sum(r["source"] == s for r in train) for s in TRAIN_SOURCES}
-    manifest["train"]["search-r1"] = {"file": "train/search-r1.jsonl.gz", "sha256": sha, "n": len(train), "per_source": counts, "dropped": dropped}
-    (args.out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    manifest["train"]["search-r1"] = {
+        "file": "train/search-r1.jsonl.gz",
+        "sha256": sha,
+        "n": len(train),
+        "per_source": counts,
+        "dropped": dropped,
+    }
+    path.write_text(json.dumps(manifest, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -136,8 +136,15 @@ def build_corpus(sources: Path, eval_questions: set[str], eval_titles: set[str],
                 continue
             seen[sentence] = {"id": f"hotpotqa-ecm-{i:03d}-{k}", "contents": f'"{_ecm_title(sentence)}"\n{sentence}', "qa": []}
             rows.append(seen[sentence])
-        seen[sentences[-1]]["qa"].append({"id": f"hotpotqa-ecm-{i:03d}", "question": row["question"].strip(), "answers": [row["answer"].strip()],
-                                          "type": row["type"], "evidence_ids": [seen[s]["id"] for s in sentences]})
+        seen[sentences[-1]]["qa"].append(
+            {
+                "id": f"hotpotqa-ecm-{i:03d}",
+                "question": row["question"].strip(),
+                "answers": [row["answer"].strip()],
+                "type": row["type"],
+                "evidence_ids": [seen[s]["id"] for s in sentences],
+            }
+        )
     return rows, dropped
 
 
@@ -152,7 +159,11 @@ def contamination(corpus: list[dict], trajectories: list[dict]) -> list[str]:
         sh = _shingles(row["contents"].split("\n", 1)[-1])
         if sh and len(sh & eval_shingles) / len(sh) > MAX_OVERLAP:
             found.append(f"{row['id']}: overlaps an evaluation passage")
-        found += [f"{row['id']}: asks evaluation question {q['question']!r}" for q in row.get("qa", ()) if normalize(q["question"]) in eval_questions]
+        found += [
+            f"{row['id']}: asks evaluation question {q['question']!r}"
+            for q in row.get("qa", ())
+            if normalize(q["question"]) in eval_questions
+        ]
     for row in trajectories:
         for text in [row["prompt"], *(t["generated"] for t in row["turns"])]:
             asked = re.findall(r"Question: (.*)\n", text) + re.findall(r"<question>(.*?)</question>", text, re.DOTALL)
@@ -209,9 +220,21 @@ def solver_trajectories(synth: Synth, qa: list[tuple[str, dict]]) -> list[dict]:
         answer = q["answers"][0]
         turn = _answer_turn(hits2, answer) if _visible(obs2, answer) else None
         if turn:
-            again = (f"<think> These documents do not answer it. The question is about {title}; let me search again with that. "
-                     f"</think>\n<search> {title} {_query(q['question'])} </search>")
-            out.append(_row(q["id"], "solver", "reformulate", "squad", user_prompt(q["question"]), [(search, obs), (again, obs2), (turn, "")], answer))
+            again = (
+                f"<think> These documents do not answer it. The question is about {title}; let me search again with that. "
+                f"</think>\n<search> {title} {_query(q['question'])} </search>"
+            )
+            out.append(
+                _row(
+                    q["id"],
+                    "solver",
+                    "reformulate",
+                    "squad",
+                    user_prompt(q["question"]),
+                    [(search, obs), (again, obs2), (turn, "")],
+                    answer,
+                )
+            )
     return out
 
 
@@ -230,13 +253,19 @@ def two_hop_trajectories(synth: Synth, bridge: list[dict]) -> list[dict]:
         keep.append((q, hits, obs, entity))
     second = synth.search([f"{entity} {_query(q['question'])}" for q, _, _, entity in keep])
     out = []
-    for (q, hits, obs, entity), (hits2, obs2) in zip(keep, second):
+    for (q, _, obs, entity), (hits2, obs2) in zip(keep, second):
         answer = q["answers"][0]
         turn = _answer_turn(hits2, answer) if _visible(obs2, answer) else None
         if turn:
-            turns = [(f"<think> I need to look this up. </think>\n<search> {_query(q['question'])} </search>", obs),
-                     (f"<think> The documents point to {entity}. I need more about {entity}. </think>\n"
-                      f"<search> {entity} {_query(q['question'])} </search>", obs2), (turn, "")]
+            turns = [
+                (f"<think> I need to look this up. </think>\n<search> {_query(q['question'])} </search>", obs),
+                (
+                    f"<think> The documents point to {entity}. I need more about {entity}. </think>\n"
+                    f"<search> {entity} {_query(q['question'])} </search>",
+                    obs2,
+                ),
+                (turn, ""),
+            ]
             out.append(_row(q["id"], "solver", "two-hop", "hotpotqa-ecm", user_prompt(q["question"]), turns, answer))
     return out
 
@@ -248,10 +277,14 @@ def proposer_trajectories(synth: Synth, one_hop: list[tuple[dict, dict]], bridge
     out = []
     for passage, q in one_hop:
         answer = q["answers"][0]
-        gen = f"<think> The document states the answer to this. </think>\n<question> {q['question']} </question>\n<answer> {answer} </answer>"
+        gen = (
+            f"<think> The document states the answer to this. </think>\n<question> {q['question']} </question>\n<answer> {answer} </answer>"
+        )
         turns = [(gen, "")]
         if not parse([{"generated": gen, "action": "answer"}], 1).error:
-            out.append(_row(q["id"], "proposer", "propose-1", "squad", prompt(Task(q["id"], passage["id"], passage["contents"], 1)), turns, answer))
+            out.append(
+                _row(q["id"], "proposer", "propose-1", "squad", prompt(Task(q["id"], passage["id"], passage["contents"], 1)), turns, answer)
+            )
     sources = [(q, synth.by_id[q["evidence_ids"][0]], synth.by_id[q["evidence_ids"][-1]]) for q in bridge]
     found = synth.search([_title(target["contents"]) for _, _, target in sources])
     for (q, source, target), (hits, obs) in zip(sources, found):
@@ -262,18 +295,36 @@ def proposer_trajectories(synth: Synth, one_hop: list[tuple[dict, dict]], bridge
         if target["id"] not in {h.id for h in hits}:
             continue
         search = f"<think> The document mentions {entity}. Let me search for it. </think>\n<search> {entity} </search>"
-        gen = (f"<think> Now I can ask a question that needs both documents. </think>\n<question> {q['question']} </question>\n"
-               f"<answer> {answer} </answer>")
+        gen = (
+            f"<think> Now I can ask a question that needs both documents. </think>\n<question> {q['question']} </question>\n"
+            f"<answer> {answer} </answer>"
+        )
         turns = [{"generated": search, "action": "search"}, {"generated": gen, "action": "answer"}]
         if not parse(turns, 2).error:
-            out.append(_row(q["id"], "proposer", "propose-2", "hotpotqa-ecm", prompt(Task(q["id"], source["id"], source["contents"], 2)),
-                            [(search, obs), (gen, "")], answer))
+            out.append(
+                _row(
+                    q["id"],
+                    "proposer",
+                    "propose-2",
+                    "hotpotqa-ecm",
+                    prompt(Task(q["id"], source["id"], source["contents"], 2)),
+                    [(search, obs), (gen, "")],
+                    answer,
+                )
+            )
     return out
 
 
 def _row(qid: str, role: str, kind: str, source: str, prompt_text: str, turns: list[tuple[str, str]], answer: str) -> dict:
-    return {"id": f"{kind}:{qid}", "role": role, "kind": kind, "source": source, "prompt": prompt_text,
-            "turns": [{"generated": g, "observation": o} for g, o in turns], "answer": answer}
+    return {
+        "id": f"{kind}:{qid}",
+        "role": role,
+        "kind": kind,
+        "source": source,
+        "prompt": prompt_text,
+        "turns": [{"generated": g, "observation": o} for g, o in turns],
+        "answer": answer,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -315,13 +366,21 @@ def main(argv: list[str] | None = None) -> None:
     manifest_path = args.out / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
     manifest.setdefault("corpus", {})["train-sources"] = {
-        "file": "corpus/train-sources.jsonl.gz", "sha256": corpus_sha, "n": len(corpus),
-        "questions": sum(len(r["qa"]) for r in corpus), "dropped": dict(sorted(dropped.items()))}
+        "file": "corpus/train-sources.jsonl.gz",
+        "sha256": corpus_sha,
+        "n": len(corpus),
+        "questions": sum(len(r["qa"]) for r in corpus),
+        "dropped": dict(sorted(dropped.items())),
+    }
     manifest.setdefault("train", {})["warmstart"] = {
-        "file": "train/warmstart.jsonl.gz", "sha256": data_sha, "n": len(kept),
+        "file": "train/warmstart.jsonl.gz",
+        "sha256": data_sha,
+        "n": len(kept),
         "per_kind": {k: sum(r["kind"] == k for r in kept) for k in QUOTA},
-        "candidates_per_kind": {k: len(by_kind.get(k, [])) for k in QUOTA}, "seed": SEED}
-    manifest_path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+        "candidates_per_kind": {k: len(by_kind.get(k, [])) for k in QUOTA},
+        "seed": SEED,
+    }
+    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")  # build_data.py writes it the same way
     print(json.dumps({"corpus": manifest["corpus"]["train-sources"], "warmstart": manifest["train"]["warmstart"]}, indent=2))
 
 

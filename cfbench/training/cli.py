@@ -14,38 +14,74 @@ from cfbench.training.selfevolve.crossfit import AUX_BUDGETS, CONTROLS
 
 
 @click.command("train")
-@click.option("--treatment", required=True, help="base, search-r1, dr-zero, msv, crossfit, msv-crossfit or warm-start (training/treatments.py).")
-@click.option("--scale", default="cpu-smoke", show_default=True, help="cpu-smoke or paper; warm-start also cpu (the shipped adapter's recipe).")
+@click.option(
+    "--treatment", required=True, help="base, search-r1, dr-zero, msv, crossfit, msv-crossfit or warm-start (training/treatments.py)."
+)
+@click.option(
+    "--scale", default="cpu-smoke", show_default=True, help="cpu-smoke or paper; warm-start also cpu (the shipped adapter's recipe)."
+)
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Run directory: checkpoints, metrics, rollouts (unless --plan).")
 @click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --out.")
 @click.option("--steps", type=click.IntRange(min=0), default=None, help="Total steps [default: the config's]; may extend a resumed run.")
 @click.option("--save-every", type=click.IntRange(min=1), default=None, help="Checkpoint every N steps [default: the config's].")
-@click.option("--control", type=click.Choice(CONTROLS), default=None,
-              help="CrossFit control: who scores a question [default: the config's, none].")
+@click.option(
+    "--control", type=click.Choice(CONTROLS), default=None, help="CrossFit control: who scores a question [default: the config's, none]."
+)
 @click.option("--aux-budget", type=click.Choice(AUX_BUDGETS), default=None, help="CrossFit auxiliary update budget [default: full].")
-@click.option("--corpus", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Self-evolution source passages as jsonl(.gz) [default: the config's, train-sources].")
+@click.option(
+    "--corpus",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Self-evolution source passages as jsonl(.gz) [default: the config's, train-sources].",
+)
 @click.option("--allow-eval-corpus", is_flag=True, help="Self-evolution: accept the evaluation corpus as sources (a deliberate leak).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads (default: torch's).")
 @click.option("--plan", "plan_only", is_flag=True, help="Print the run's per-GPU memory (training/plan.py); refuse one that cannot fit.")
 @click.option("--gpus", type=click.IntRange(min=1), default=8, show_default=True, help="--plan: GPUs the run would use.")
 @click.option("--gpu-memory", type=click.FloatRange(min=1), default=80, show_default=True, help="--plan: memory of one GPU in GB.")
-@click.option("--export-adapter", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="warm-start: when training ends, copy the adapter and its manifest here (e.g. cfbench/models/smollm2-135m-search).")
-def train_cmd(treatment, scale, out, resume, steps, save_every, control, aux_budget, corpus, allow_eval_corpus, threads, export_adapter,
-              plan_only, gpus, gpu_memory) -> None:
+@click.option(
+    "--export-adapter",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="warm-start: when training ends, copy the adapter and its manifest here (e.g. cfbench/models/smollm2-135m-search).",
+)
+def train_cmd(
+    treatment,
+    scale,
+    out,
+    resume,
+    steps,
+    save_every,
+    control,
+    aux_budget,
+    corpus,
+    allow_eval_corpus,
+    threads,
+    export_adapter,
+    plan_only,
+    gpus,
+    gpu_memory,
+) -> None:
     """Train a treatment; every checkpoint-N is a model dir `cfbench eval --ckpt` scores unchanged."""
     import torch
     from accelerate import PartialState
 
-    from cfbench.training.treatments import load_config
     from cfbench.training.trainer import train
+    from cfbench.training.treatments import load_config
 
     if threads:
         torch.set_num_threads(threads)
     with one_line_errors():
-        config = load_config(treatment, scale, steps, save_every, control=control, aux_budget=aux_budget,
-                             corpus=None if corpus is None else str(corpus.resolve()), allow_eval_corpus=allow_eval_corpus)
+        config = load_config(
+            treatment,
+            scale,
+            steps,
+            save_every,
+            control=control,
+            aux_budget=aux_budget,
+            corpus=None if corpus is None else str(corpus.resolve()),
+            allow_eval_corpus=allow_eval_corpus,
+        )
         if plan_only:
             from cfbench.training.plan import plan
 
@@ -57,8 +93,10 @@ def train_cmd(treatment, scale, out, resume, steps, save_every, control, aux_bud
         if export_adapter is not None:
             raise CfbenchError(f"--export-adapter applies to --treatment warm-start, not {treatment!r}")
 
-        with job_progress(f"{treatment} {scale}", "step", config["steps"], fields={"reward": ""}, transient=True,
-                          quiet=not PartialState().is_main_process) as progress:
+        with job_progress(
+            f"{treatment} {scale}", "step", config["steps"], fields={"reward": ""}, transient=True, quiet=not PartialState().is_main_process
+        ) as progress:
+
             def on_step(row: dict) -> None:
                 progress.update(completed=row["step"], reward=f"{row.get('reward', row.get('proposer_reward')):.3f}")
                 console.print(f"step {row['step']}/{config['steps']}  {_describe(row)}", highlight=False)
@@ -84,7 +122,11 @@ def _describe(row: dict) -> str:
 
     wall = f"rollout {row['rollout_s']:.0f} s  update {row['update_s']:.0f} s"
     if "phase" not in row:
-        return (f"reward {row['reward']:.3f}  loss {row['loss']:+.4f}  response {row['response_tokens']:.0f} tok  "
-                f"searches {row['searches_per_rollout']:.2f}  well-formed {row['well_formed']:.2f}  {wall}")
-    return (f"round {row['round']} {row['phase']}  proposer reward {num(row['proposer_reward'], '.3f')}  format {num(row['format'], '.2f')}  "
-            f"admitted {row['admitted']}/{row['tasks']}  agreement {num(row['agreement'], '.2f')}  loss {num(row['loss'], '+.4f')}  {wall}")
+        return (
+            f"reward {row['reward']:.3f}  loss {row['loss']:+.4f}  response {row['response_tokens']:.0f} tok  "
+            f"searches {row['searches_per_rollout']:.2f}  well-formed {row['well_formed']:.2f}  {wall}"
+        )
+    return (
+        f"round {row['round']} {row['phase']}  proposer reward {num(row['proposer_reward'], '.3f')}  format {num(row['format'], '.2f')}  "
+        f"admitted {row['admitted']}/{row['tasks']}  agreement {num(row['agreement'], '.2f')}  loss {num(row['loss'], '+.4f')}  {wall}"
+    )

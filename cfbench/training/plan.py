@@ -114,8 +114,7 @@ def estimate(config: dict, shape: Shape, gpus: int, sharded: bool, precision: st
         f"log-probs, {LOGPROB_CHUNK}-token chunks": min(b * s, LOGPROB_CHUNK) * v * 10,
         "rollout sampler weights": p * width,
         "rollout KV cache": rows * s * 2 * shape.attention_layers * shape.kv_heads * shape.head_dim * width,
-        "rollout recurrent state": rows * (shape.layers - shape.attention_layers) * shape.linear_v_heads * shape.linear_head_dim ** 2
-        * width,
+        "rollout recurrent state": rows * (shape.layers - shape.attention_layers) * shape.linear_v_heads * shape.linear_head_dim**2 * width,
     }
 
 
@@ -146,16 +145,21 @@ def plan(config: dict, gpus: int, gpu_memory: float) -> list[str]:
     usable = gpu_memory * GB * (1 - RESERVE)
     trained, frozen = roles(config)
     table = {layout: estimate(config, shape, gpus, layout[0] == "sharded", layout[1]) for layout in LAYOUTS}
-    lines = [f"{config['model']}: {shape.params / 1e9:.2f} B parameters, {shape.layers} layers ({shape.attention_layers} full attention), "
-             f"vocabulary {shape.vocab}",
-             f"{config['treatment']} {config['scale']} on {gpus} x {gpu_memory:g} GB ({usable / GB:.1f} GB usable, {RESERVE:.0%} kept); "
-             f"trained roles: {', '.join(trained)}" + (f"; frozen: {', '.join(frozen)}" if frozen else ""),
-             f"micro-batch {config['micro_batch']} x {config['knobs']['max_context_tokens']} tokens; rollout "
-             f"{rollout_rows(config, gpus)} rows per GPU at once",
-             f"{'GB per GPU':<34}" + "".join(f"{p + ' ' + d:>17}" for p, d in LAYOUTS)]
+    lines = [
+        f"{config['model']}: {shape.params / 1e9:.2f} B parameters, {shape.layers} layers ({shape.attention_layers} full attention), "
+        f"vocabulary {shape.vocab}",
+        f"{config['treatment']} {config['scale']} on {gpus} x {gpu_memory:g} GB ({usable / GB:.1f} GB usable, {RESERVE:.0%} kept); "
+        f"trained roles: {', '.join(trained)}" + (f"; frozen: {', '.join(frozen)}" if frozen else ""),
+        f"micro-batch {config['micro_batch']} x {config['knobs']['max_context_tokens']} tokens; rollout "
+        f"{rollout_rows(config, gpus)} rows per GPU at once",
+        f"{'GB per GPU':<34}" + "".join(f"{p + ' ' + d:>17}" for p, d in LAYOUTS),
+    ]
     lines += [f"{term:<34}" + "".join(f"{table[layout][term] / GB:>17.1f}" for layout in LAYOUTS) for term in table[LAYOUTS[0]]]
-    for label, checkpointing, phase in (("update peak, plain", False, "update"), ("update peak, checkpointing + chunks", True, "update"),
-                                        ("rollout peak", True, "rollout")):
+    for label, checkpointing, phase in (
+        ("update peak, plain", False, "update"),
+        ("update peak, checkpointing + chunks", True, "update"),
+        ("rollout peak", True, "rollout"),
+    ):
         peaks = [phases(table[layout], checkpointing, checkpointing)[phase] for layout in LAYOUTS]
         lines.append(f"{label:<34}" + "".join(f"{p / GB:>17.1f}" for p in peaks))
     fits = [max(phases(table[layout], True, True).values()) <= usable for layout in LAYOUTS]
@@ -165,11 +169,16 @@ def plan(config: dict, gpus: int, gpu_memory: float) -> list[str]:
     phase = max(peaks, key=peaks.get)
     if peaks[phase] > usable:
         state = ("weights", "optimizer", "frozen reference")
-        during = ("gradients", "activations, checkpointing", f"log-probs, {LOGPROB_CHUNK}-token chunks") if phase == "update" else (
-            "rollout sampler weights", "rollout KV cache", "rollout recurrent state")
+        during = (
+            ("gradients", "activations, checkpointing", f"log-probs, {LOGPROB_CHUNK}-token chunks")
+            if phase == "update"
+            else ("rollout sampler weights", "rollout KV cache", "rollout recurrent state")
+        )
         term = max(state + during, key=best.get)
-        raise CfbenchError(f"{config['model']} {config['treatment']} does not fit on {gpus} x {gpu_memory:g} GB even sharded in bf16 with "
-                           f"checkpointing: its {phase} needs {peaks[phase] / GB:.1f} GB per GPU of {usable / GB:.1f} usable, "
-                           f"{best[term] / GB:.1f} GB of it {term}; change {_knob(term)}")
+        raise CfbenchError(
+            f"{config['model']} {config['treatment']} does not fit on {gpus} x {gpu_memory:g} GB even sharded in bf16 with "
+            f"checkpointing: its {phase} needs {peaks[phase] / GB:.1f} GB per GPU of {usable / GB:.1f} usable, "
+            f"{best[term] / GB:.1f} GB of it {term}; change {_knob(term)}"
+        )
     lines.append(f"fits: sharded bf16 with gradient checkpointing and chunked log-probs needs {peaks[phase] / GB:.1f} GB per GPU ({phase})")
     return lines

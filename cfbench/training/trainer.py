@@ -28,19 +28,30 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-
 from accelerate.utils import gather_object
 
 from cfbench.harness.agent import run_batch
 from cfbench.harness.backends.tokens import PromptTokens
 from cfbench.harness.checkpoints import resolve
 from cfbench.harness.errors import CfbenchError
-from cfbench.harness.protocol import Knobs
 from cfbench.harness.jsonl import dumps, write_atomic, write_jsonl
+from cfbench.harness.protocol import Knobs
 from cfbench.harness.suite import Question
 from cfbench.training.core.episodes import encode_episode
-from cfbench.training.core.learner import (TRAIN_RECORD, append_row, check_space, checkpoints, drop_partial_saves, keep_rows_before, learner,
-                              restore, resume_from, sampler, save, update)
+from cfbench.training.core.learner import (
+    TRAIN_RECORD,
+    append_row,
+    check_space,
+    checkpoints,
+    drop_partial_saves,
+    keep_rows_before,
+    learner,
+    restore,
+    resume_from,
+    sampler,
+    save,
+    update,
+)
 from cfbench.training.core.plots import plot_curves
 from cfbench.training.core.rewards import reward
 from cfbench.training.treatments import SELF_EVOLUTION
@@ -59,11 +70,16 @@ def check_config(config: dict, out: Path, resume: bool) -> None:
         raise CfbenchError(f"--resume: {out} holds no training run (no config.json); drop --resume to start one")
     old = json.loads(saved.read_text())
     if old.get("treatment") != config["treatment"]:
-        raise CfbenchError(f"--resume: {out} holds a {old.get('treatment')!r} run, not {config['treatment']!r}; choose the matching --treatment or a new --out")
+        raise CfbenchError(
+            f"--resume: {out} holds a {old.get('treatment')!r} run, not {config['treatment']!r}; "
+            "choose the matching --treatment or a new --out"
+        )
     differing = sorted(k for k in set(old) | set(config) if k not in RESUMABLE and old.get(k) != config.get(k))
     if differing:
         key = differing[0]
-        raise CfbenchError(f"--resume: knob {key} was {old.get(key)!r} in {saved}, now {config.get(key)!r}; resume with the run's own settings")
+        raise CfbenchError(
+            f"--resume: knob {key} was {old.get(key)!r} in {saved}, now {config.get(key)!r}; resume with the run's own settings"
+        )
 
 
 def check_out(config: dict, out: Path, resume: bool) -> int:
@@ -73,12 +89,16 @@ def check_out(config: dict, out: Path, resume: bool) -> int:
         return 0
     done = checkpoints(out)
     if done and done[-1][0] and not (done[-1][1] / "state").is_dir():
-        raise CfbenchError(f"--resume: {done[-1][1]} has no state/; resume needs the latest checkpoint as the run wrote it (move the run's later files back or start a new --out)")
+        raise CfbenchError(
+            f"--resume: {done[-1][1]} has no state/; resume needs the latest checkpoint as the run wrote it "
+            "(move the run's later files back or start a new --out)"
+        )
     return done[-1][0] if done else 0
 
 
-def train(config: dict, out: Path, *, resume: bool = False, on_step: Callable[[dict], None] = lambda row: None,
-          proposer_engine=None) -> Path:
+def train(
+    config: dict, out: Path, *, resume: bool = False, on_step: Callable[[dict], None] = lambda row: None, proposer_engine=None
+) -> Path:
     """Run (or finish) a treatment into `out`; returns the last checkpoint directory.
 
     `proposer_engine` (step -> engine) replaces a self-evolution run's proposer sampler: tests use it
@@ -89,7 +109,9 @@ def train(config: dict, out: Path, *, resume: bool = False, on_step: Callable[[d
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
     start = check_out(config, out, resume)  # every process checks before any writes
     if config["treatment"] == "search-r1" and config["prompts_per_step"] % accelerator.num_processes:
-        raise CfbenchError(f"knob prompts_per_step ({config['prompts_per_step']}) must be a multiple of the {accelerator.num_processes} training processes")
+        raise CfbenchError(
+            f"knob prompts_per_step ({config['prompts_per_step']}) must be a multiple of the {accelerator.num_processes} training processes"
+        )
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
@@ -133,18 +155,32 @@ def _search_r1(config: dict, out: Path, start: int, accelerator, on_step: Callab
         began = time.time()
         picked = [questions[(step * config["prompts_per_step"] + i) % len(questions)] for i in range(config["prompts_per_step"])]
         engine = sampler(accelerator, policy, tokens, ckpt, config, step + 1, f"policy-{rank}")
-        group = [Question(f"{q.id}#{k}", q.source, q.question, tuple(q.golden_answers))
-                 for q in picked[rank::world] for k in range(config["samples_per_prompt"])]  # each process its share of prompts
+        group = [
+            Question(f"{q.id}#{k}", q.source, q.question, tuple(q.golden_answers))
+            for q in picked[rank::world]
+            for k in range(config["samples_per_prompt"])
+        ]  # each process its share of prompts
         trajectories = run_batch(group, engine, retriever, knobs)
-        rewards = [reward(config["reward"]["kind"], t.prediction, list(t.question.golden_answers), t.turns,
-                          **{k: v for k, v in config["reward"].items() if k != "kind"}) for t in trajectories]
-        episodes = [encode_episode(tokens, t.prompt, t.turns, r, i // config["samples_per_prompt"])
-                    for i, (t, r) in enumerate(zip(trajectories, rewards))]
+        rewards = [
+            reward(
+                config["reward"]["kind"],
+                t.prediction,
+                list(t.question.golden_answers),
+                t.turns,
+                **{k: v for k, v in config["reward"].items() if k != "kind"},
+            )
+            for t in trajectories
+        ]
+        episodes = [
+            encode_episode(tokens, t.prompt, t.turns, r, i // config["samples_per_prompt"])
+            for i, (t, r) in enumerate(zip(trajectories, rewards))
+        ]
         rolled = time.time()
         loss, grad_norm = update(policy, accelerator, episodes, config, tokenizer.pad_token_id or 0)
         updated = time.time()
-        row = _metrics(step + 1, episodes, trajectories, rewards, loss, grad_norm, rolled - began, updated - rolled,
-                       policy.scheduler.get_last_lr()[0])
+        row = _metrics(
+            step + 1, episodes, trajectories, rewards, loss, grad_norm, rolled - began, updated - rolled, policy.scheduler.get_last_lr()[0]
+        )
         row = _mean_over_processes(accelerator, row)
         rows = gather_object(_rollout_rows(trajectories, rewards))
         if main:
@@ -177,8 +213,17 @@ def _metrics(step, episodes, trajectories, rewards, loss, grad_norm, rollout_s, 
 
 
 def _rollout_rows(trajectories, rewards) -> list[dict]:
-    return [{"id": t.question.id, "question": t.question.question, "golden_answers": list(t.question.golden_answers),
-             "turns": t.turns, "prediction": t.prediction, "reward": r} for t, r in zip(trajectories, rewards)]
+    return [
+        {
+            "id": t.question.id,
+            "question": t.question.question,
+            "golden_answers": list(t.question.golden_answers),
+            "turns": t.turns,
+            "prediction": t.prediction,
+            "reward": r,
+        }
+        for t, r in zip(trajectories, rewards)
+    ]
 
 
 def _mean_over_processes(accelerator, row: dict) -> dict:

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.protocol import Knobs
+from cfbench.training.core.rewards import KINDS
 from cfbench.training.selfevolve.crossfit import AUX_BUDGETS, CONTROLS
 from cfbench.training.selfevolve.proposer import FORMATS
 from cfbench.training.selfevolve.sources import refuse_eval_corpus
-from cfbench.training.core.rewards import KINDS
 
 CONFIGS = Path(__file__).parent / "configs"
 TREATMENTS = {
@@ -30,7 +30,12 @@ TREATMENTS = {
     "msv-crossfit": "MSV admission and CrossFit scoring together",
     "warm-start": "supervised fine-tuning (LoRA) on protocol-v1 trajectories synthesised from training data",
 }
-SELF_EVOLUTION = {"dr-zero": (False, False), "msv": (True, False), "crossfit": (False, True), "msv-crossfit": (True, True)}  # (msv, crossfit)
+SELF_EVOLUTION = {
+    "dr-zero": (False, False),
+    "msv": (True, False),
+    "crossfit": (False, True),
+    "msv-crossfit": (True, True),
+}  # (msv, crossfit)
 
 _POSITIVE_INT = ("prompts_per_step", "samples_per_prompt", "micro_batch", "save_every")
 _NON_NEGATIVE = ("warmup_steps", "weight_decay", "max_grad_norm")
@@ -47,9 +52,17 @@ def scales(treatment: str) -> list[str]:
     return sorted(p.name.split(".")[1] for p in CONFIGS.glob(f"{_family(treatment)}.*.json"))
 
 
-def load_config(treatment: str, scale: str, steps: int | None = None, save_every: int | None = None, *,
-                control: str | None = None, aux_budget: str | None = None, corpus: str | None = None,
-                allow_eval_corpus: bool = False) -> dict:
+def load_config(
+    treatment: str,
+    scale: str,
+    steps: int | None = None,
+    save_every: int | None = None,
+    *,
+    control: str | None = None,
+    aux_budget: str | None = None,
+    corpus: str | None = None,
+    allow_eval_corpus: bool = False,
+) -> dict:
     if treatment not in TREATMENTS:
         raise CfbenchError(f"unknown treatment {treatment!r}: choose one of {', '.join(TREATMENTS)}")
     path = CONFIGS / f"{_family(treatment)}.{scale}.json"
@@ -66,7 +79,10 @@ def load_config(treatment: str, scale: str, steps: int | None = None, save_every
         if allow_eval_corpus:
             config["allow_eval_corpus"] = True  # absent (not false) otherwise, so runs made before the flag still resume
     elif (control, aux_budget, corpus, allow_eval_corpus) != (None, None, None, False):
-        raise CfbenchError(f"--control, --aux-budget, --corpus and --allow-eval-corpus apply to the self-evolution treatments ({', '.join(SELF_EVOLUTION)}), not {treatment!r}")
+        raise CfbenchError(
+            "--control, --aux-budget, --corpus and --allow-eval-corpus apply to the self-evolution treatments "
+            f"({', '.join(SELF_EVOLUTION)}), not {treatment!r}"
+        )
     if steps is not None and treatment == "warm-start":
         raise CfbenchError("--steps does not apply to warm-start: its length is the config's mix x epochs")
     if steps is not None:
@@ -81,6 +97,7 @@ def load_config(treatment: str, scale: str, steps: int | None = None, save_every
 
 def validate(config: dict, where: str) -> None:
     """One-line errors naming the knob, its value and the allowed range."""
+
     def bad(key: str, rule: str):
         return CfbenchError(f"{where}: knob {key} must be {rule}, got {config.get(key)!r}")
 
@@ -130,10 +147,17 @@ def _validate_warm_start(config: dict, bad) -> None:
         if not isinstance(config.get(key), bool):
             raise bad(key, "true or false")
     lora = config.get("lora") or {}
-    if not (isinstance(lora.get("r"), int) and lora["r"] >= 1 and isinstance(lora.get("alpha"), (int, float)) and lora["alpha"] > 0
-            and isinstance(lora.get("dropout"), (int, float)) and 0 <= lora["dropout"] < 1
-            and isinstance(lora.get("target_modules"), list) and lora["target_modules"]
-            and all(isinstance(m, str) for m in lora["target_modules"])):
+    if not (
+        isinstance(lora.get("r"), int)
+        and lora["r"] >= 1
+        and isinstance(lora.get("alpha"), (int, float))
+        and lora["alpha"] > 0
+        and isinstance(lora.get("dropout"), (int, float))
+        and 0 <= lora["dropout"] < 1
+        and isinstance(lora.get("target_modules"), list)
+        and lora["target_modules"]
+        and all(isinstance(m, str) for m in lora["target_modules"])
+    ):
         raise bad("lora", "{r: integer >= 1, alpha: number > 0, dropout: number in [0, 1), target_modules: non-empty list of module names}")
 
 
@@ -142,11 +166,19 @@ def _validate_self_evolution(config: dict, where: str, bad) -> None:
         if not isinstance(config.get(key), int) or config[key] < 1:
             raise bad(key, "an integer >= 1")
     if config["steps"] > config["rounds"] * (config["proposer_steps"] + config["solver_steps"]):
-        raise bad("steps", f"at most rounds x (proposer_steps + solver_steps) = {config['rounds'] * (config['proposer_steps'] + config['solver_steps'])}")
+        raise bad(
+            "steps",
+            f"at most rounds x (proposer_steps + solver_steps) = {config['rounds'] * (config['proposer_steps'] + config['solver_steps'])}",
+        )
     if not isinstance(config.get("source_pool"), int) or config["source_pool"] < 0:
         raise bad("source_pool", "an integer >= 0 (0: the whole corpus)")
     weights = config.get("hop_weights")
-    if not (isinstance(weights, list) and len(weights) == 4 and all(isinstance(w, (int, float)) and w >= 0 for w in weights) and sum(weights) > 0):
+    if not (
+        isinstance(weights, list)
+        and len(weights) == 4
+        and all(isinstance(w, (int, float)) and w >= 0 for w in weights)
+        and sum(weights) > 0
+    ):
         raise bad("hop_weights", "4 non-negative weights for hops 1..4 with a positive sum")
     if not isinstance(config.get("format_weight"), (int, float)) or not 0 <= config["format_weight"] <= 1:
         raise bad("format_weight", "a number in [0, 1]")
@@ -154,5 +186,7 @@ def _validate_self_evolution(config: dict, where: str, bad) -> None:
         if config.get(key) not in allowed:
             raise bad(key, f"one of {', '.join(allowed)}")
     if not config["crossfit"] and (config["control"] != "none" or config["aux_budget"] != "full"):
-        raise CfbenchError(f"{where}: control {config['control']!r} and aux_budget {config['aux_budget']!r} need auxiliary solvers: "
-                           "use them with crossfit or msv-crossfit")
+        raise CfbenchError(
+            f"{where}: control {config['control']!r} and aux_budget {config['aux_budget']!r} need auxiliary solvers: "
+            "use them with crossfit or msv-crossfit"
+        )

@@ -52,8 +52,10 @@ def read_data(spec: str) -> tuple[bytes, str]:
         path = TASKS_DIR / bundled[spec]["file"]
         return jsonl.read_verified(path, bundled[spec]["sha256"]), str(path)
     if not Path(spec).is_file():
-        raise CfbenchError(f"warm-start data {spec!r}: not a bundled training set ({', '.join(bundled)}) and no such file; "
-                           "build it with `python -m cfbench.tasks.build_warmstart` or fix knob data")
+        raise CfbenchError(
+            f"warm-start data {spec!r}: not a bundled training set ({', '.join(bundled)}) and no such file; "
+            "build it with `python -m cfbench.tasks.build_warmstart` or fix knob data"
+        )
     return jsonl.read_bytes(Path(spec)), spec
 
 
@@ -68,9 +70,14 @@ def parse_rows(data: bytes, where: str) -> list[dict]:
         if row.get("role") not in ROLES:
             raise CfbenchError(f"{place}: field role must be one of {', '.join(ROLES)}, got {row.get('role')!r}; rebuild the data")
         turns = row.get("turns")
-        if not (isinstance(turns, list) and turns and all(
+        if not (
+            isinstance(turns, list)
+            and turns
+            and all(
                 isinstance(t, dict) and isinstance(t.get("generated"), str) and t["generated"] and isinstance(t.get("observation", ""), str)
-                for t in turns)):
+                for t in turns
+            )
+        ):
             raise CfbenchError(f"{place}: field turns must be a non-empty list of {{generated, observation}} strings; rebuild the data")
         rows.append(row)
     return rows
@@ -86,8 +93,10 @@ def select(rows: list[dict], mix: dict, seed: int, where: str) -> list[dict]:
         pool = by_kind.get(kind, [])
         wanted = len(pool) if count == "all" else count
         if wanted > len(pool):
-            raise CfbenchError(f"{where}: knob mix.{kind} asks for {count} examples and the data holds {len(pool)} of that kind "
-                               f"(kinds: {', '.join(f'{k} {len(v)}' for k, v in sorted(by_kind.items()))}); lower it")
+            raise CfbenchError(
+                f"{where}: knob mix.{kind} asks for {count} examples and the data holds {len(pool)} of that kind "
+                f"(kinds: {', '.join(f'{k} {len(v)}' for k, v in sorted(by_kind.items()))}); lower it"
+            )
         picked += random.Random(f"{seed}:{kind}").sample(pool, wanted)
     random.Random(seed).shuffle(picked)
     return picked
@@ -108,14 +117,29 @@ def sft_arguments(config: dict, out: Path):
     from trl import SFTConfig
 
     return SFTConfig(
-        output_dir=str(out), seed=config["seed"], data_seed=config["seed"], full_determinism=True,
-        use_cpu=not torch.cuda.is_available(), bf16=config["bf16"],
-        num_train_epochs=config["epochs"], per_device_train_batch_size=config["batch_size"],
-        gradient_accumulation_steps=config["grad_accumulation"], learning_rate=config["learning_rate"],
-        lr_scheduler_type=config["lr_scheduler"], warmup_steps=config["warmup_steps"], weight_decay=config["weight_decay"],
-        max_grad_norm=config["max_grad_norm"], optim="adamw_torch",
-        max_length=config["max_length"], completion_only_loss=True, activation_checkpointing=config["gradient_checkpointing"],
-        logging_steps=1, save_strategy="steps", save_steps=config["save_every"], save_total_limit=1, report_to="none",
+        output_dir=str(out),
+        seed=config["seed"],
+        data_seed=config["seed"],
+        full_determinism=True,
+        use_cpu=not torch.cuda.is_available(),
+        bf16=config["bf16"],
+        num_train_epochs=config["epochs"],
+        per_device_train_batch_size=config["batch_size"],
+        gradient_accumulation_steps=config["grad_accumulation"],
+        learning_rate=config["learning_rate"],
+        lr_scheduler_type=config["lr_scheduler"],
+        warmup_steps=config["warmup_steps"],
+        weight_decay=config["weight_decay"],
+        max_grad_norm=config["max_grad_norm"],
+        optim="adamw_torch",
+        max_length=config["max_length"],
+        completion_only_loss=True,
+        activation_checkpointing=config["gradient_checkpointing"],
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=config["save_every"],
+        save_total_limit=1,
+        report_to="none",
     )
 
 
@@ -144,8 +168,16 @@ def warm_start(config: dict, out: Path, *, resume: bool = False, command: str = 
     enable_full_determinism(config["seed"])  # seeds before the LoRA matrices are drawn, and deterministic kernels
     try:
         lora = config["lora"]
-        model = get_peft_model(AutoModelForCausalLM.from_pretrained(ckpt.location, dtype=torch.float32), LoraConfig(
-            task_type="CAUSAL_LM", r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"], target_modules=lora["target_modules"]))
+        model = get_peft_model(
+            AutoModelForCausalLM.from_pretrained(ckpt.location, dtype=torch.float32),
+            LoraConfig(
+                task_type="CAUSAL_LM",
+                r=lora["r"],
+                lora_alpha=lora["alpha"],
+                lora_dropout=lora["dropout"],
+                target_modules=lora["target_modules"],
+            ),
+        )
         trainer = SFTTrainer(model=model, args=sft_arguments(config, out), train_dataset=dataset, processing_class=tokenizer)
         first = 0 if start is None else json.loads((start / _STATE).read_text())["global_step"]
         trained = trainer.train(resume_from_checkpoint=None if start is None else str(start))
@@ -153,12 +185,23 @@ def warm_start(config: dict, out: Path, *, resume: bool = False, command: str = 
         torch.use_deterministic_algorithms(deterministic)  # full determinism is this run's setting, not the caller's process's
     if not trainer.is_world_process_zero():  # under accelerate launch the first process writes the results
         return out / "adapter"
-    append_row(out / "segments.jsonl", {"command": command, "threads": torch.get_num_threads(), "from_step": first,
-                                        "to_step": trainer.state.global_step, "train_seconds": round(trained.metrics["train_runtime"], 1),
-                                        "wall_seconds": round(time.time() - began, 1)})
+    append_row(
+        out / "segments.jsonl",
+        {
+            "command": command,
+            "threads": torch.get_num_threads(),
+            "from_step": first,
+            "to_step": trainer.state.global_step,
+            "train_seconds": round(trained.metrics["train_runtime"], 1),
+            "wall_seconds": round(time.time() - began, 1),
+        },
+    )
     with tempfile.TemporaryDirectory(dir=out) as scratch:
         adapter = _save_adapter(model, config["model"], Path(scratch))
-        write_atomic(adapter / MANIFEST, json.dumps(_manifest(config, out, ckpt, picked, episodes, trainer, adapter), indent=2, sort_keys=True) + "\n")
+        write_atomic(
+            adapter / MANIFEST,
+            json.dumps(_manifest(config, out, ckpt, picked, episodes, trainer, adapter), indent=2, sort_keys=True) + "\n",
+        )
         shutil.rmtree(out / "adapter", ignore_errors=True)
         os.replace(adapter, out / "adapter")
     return out / "adapter"
@@ -199,14 +242,22 @@ def _manifest(config: dict, out: Path, ckpt, picked: list[dict], episodes: list[
     segments = [json.loads(line) for line in (out / "segments.jsonl").read_text().splitlines() if line.strip()]
     losses = [row["loss"] for row in trainer.state.log_history if "loss" in row]
     return {
-        "base_model": config["model"], "base_weights_sha256": ckpt.weights_sha256,
-        "data": config["data"], "data_sha256": config["data_sha256"],
-        "examples": len(picked), "examples_per_kind": dict(sorted(Counter(row["kind"] for row in picked).items())),
-        "tokens": sum(len(e.ids) for e in episodes), "trained_tokens": sum(sum(e.trained) for e in episodes),
-        "config": config, "seed": config["seed"], "command": segments[-1]["command"],
-        "steps": trainer.state.global_step, "final_loss": losses[-1] if losses else None,
+        "base_model": config["model"],
+        "base_weights_sha256": ckpt.weights_sha256,
+        "data": config["data"],
+        "data_sha256": config["data_sha256"],
+        "examples": len(picked),
+        "examples_per_kind": dict(sorted(Counter(row["kind"] for row in picked).items())),
+        "tokens": sum(len(e.ids) for e in episodes),
+        "trained_tokens": sum(sum(e.trained) for e in episodes),
+        "config": config,
+        "seed": config["seed"],
+        "command": segments[-1]["command"],
+        "steps": trainer.state.global_step,
+        "final_loss": losses[-1] if losses else None,
         "train_seconds": round(sum(s["train_seconds"] for s in segments), 1),  # the Trainer's loop alone
-        "wall_seconds": round(sum(s["wall_seconds"] for s in segments), 1), "segments": segments,  # with loading and encoding
+        "wall_seconds": round(sum(s["wall_seconds"] for s in segments), 1),
+        "segments": segments,  # with loading and encoding
         "adapter_sha256": adapter_hash(adapter),
         "versions": {name: version(name) for name in ("torch", "transformers", "trl", "peft")},
     }

@@ -8,36 +8,69 @@ from cfbench.harness.errors import CfbenchError
 BACKENDS = ("hf", "vllm", "openai")
 
 
-def backend_for(kind: str, *, ckpt: str | None, device: str = "cpu", dtype: str | None = None, threads: int | None = None,
-                base_url: str | None = None, model: str | None = None, tokenizer: str | None = None,
-                concurrency: int = 4, request_size: int = 16, timeout: float = 600.0, retries: int = 3,
-                api_key: str | None = None, organization: str | None = None,
-                tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9, max_model_len: int | None = None,
-                seed: int = 0) -> Backend:
+def backend_for(
+    kind: str,
+    *,
+    ckpt: str | None,
+    device: str = "cpu",
+    dtype: str | None = None,
+    threads: int | None = None,
+    base_url: str | None = None,
+    model: str | None = None,
+    tokenizer: str | None = None,
+    concurrency: int = 4,
+    request_size: int = 16,
+    timeout: float = 600.0,
+    retries: int = 3,
+    api_key: str | None = None,
+    organization: str | None = None,
+    tensor_parallel_size: int = 1,
+    gpu_memory_utilization: float = 0.9,
+    max_model_len: int | None = None,
+    seed: int = 0,
+) -> Backend:
     if kind == "openai":
         if not base_url or not model:
             raise CfbenchError("--backend openai needs --base-url URL and --model NAME (the name the server serves)")
         if ckpt:
-            raise CfbenchError("--backend openai takes the model from the server: drop --ckpt, pass --model (and --tokenizer if it differs)")
+            raise CfbenchError(
+                "--backend openai takes the model from the server: drop --ckpt, pass --model (and --tokenizer if it differs)"
+            )
         from cfbench.harness.backends.openai import OpenAIBackend
 
-        return OpenAIBackend(base_url, model, tokenizer, concurrency=concurrency, request_size=request_size,
-                             timeout=timeout, retries=retries, api_key=api_key, organization=organization)
+        return OpenAIBackend(
+            base_url,
+            model,
+            tokenizer,
+            concurrency=concurrency,
+            request_size=request_size,
+            timeout=timeout,
+            retries=retries,
+            api_key=api_key,
+            organization=organization,
+        )
     if kind not in BACKENDS:
         raise CfbenchError(f"unknown --backend {kind!r}; choose one of {', '.join(BACKENDS)}")
     if not ckpt:
         raise CfbenchError(f"--backend {kind} needs --ckpt (a checkpoint dir, a bundled model such as smollm2-135m, or a hub id)")
     if base_url or model or tokenizer or api_key or organization:
-        raise CfbenchError(f"--base-url/--model/--tokenizer/--api-key/--organization are for --backend openai; "
-                           f"--backend {kind} loads --ckpt itself")
+        raise CfbenchError(
+            f"--base-url/--model/--tokenizer/--api-key/--organization are for --backend openai; --backend {kind} loads --ckpt itself"
+        )
     from cfbench.harness.checkpoints import resolve
 
     if kind == "vllm":
         from cfbench.harness.backends.vllm import VLLMBackend, import_vllm
 
         import_vllm()  # before resolving --ckpt, which may build the bundled model first
-        return VLLMBackend(resolve(ckpt), dtype=dtype or "bfloat16", tensor_parallel_size=tensor_parallel_size,
-                           gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, seed=seed)
+        return VLLMBackend(
+            resolve(ckpt),
+            dtype=dtype or "bfloat16",
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            seed=seed,
+        )
     from cfbench.harness.backends.hf import HFBackend
 
     return HFBackend.load(resolve(ckpt), device=device, dtype=dtype or "float32", threads=threads)

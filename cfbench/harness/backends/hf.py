@@ -32,7 +32,9 @@ class _Context:
 
 
 class HFBackend(TokenizedEngine):
-    def __init__(self, model, tokens: PromptTokens, *, ckpt: ResolvedCheckpoint, dtype: str, temperature: float = 0.0, seed: int = 0) -> None:
+    def __init__(
+        self, model, tokens: PromptTokens, *, ckpt: ResolvedCheckpoint, dtype: str, temperature: float = 0.0, seed: int = 0
+    ) -> None:
         """An engine around a loaded model: greedy for evaluation, or sampled (temperature > 0) for training rollouts."""
         self.model, self.tokens, self.ckpt, self.dtype = model, tokens, ckpt, dtype
         self.device = str(model.device)
@@ -61,11 +63,14 @@ class HFBackend(TokenizedEngine):
         rows = [self._prefill(ids) for ids in encoded]  # (first-token logits, K/V per layer)
         width = max(len(ids) for ids in encoded)
         pads = [width - len(ids) for ids in encoded]
-        cache = DynamicCache(ddp_cache_data=[
-            tuple(torch.cat([torch.nn.functional.pad(kv[layer][j], (0, 0, pad, 0)) for (_, kv), pad in zip(rows, pads)])
-                  for j in (0, 1))
-            for layer in range(len(rows[0][1]))
-        ])
+        cache = DynamicCache(
+            ddp_cache_data=[
+                tuple(
+                    torch.cat([torch.nn.functional.pad(kv[layer][j], (0, 0, pad, 0)) for (_, kv), pad in zip(rows, pads)]) for j in (0, 1)
+                )
+                for layer in range(len(rows[0][1]))
+            ]
+        )
         mask = torch.tensor([[0] * pad + [1] * len(ids) for ids, pad in zip(encoded, pads)], device=self.device)
         positions = torch.tensor([[len(ids)] for ids in encoded], device=self.device)
         logits = torch.cat([first for first, _ in rows])
@@ -76,8 +81,9 @@ class HFBackend(TokenizedEngine):
             if step:
                 input_ids = torch.tensor([[new[p][-1]] for p in live], device=self.device)
                 mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=-1)
-                logits = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                                    cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+                logits = self.model(
+                    input_ids=input_ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1
+                ).logits[:, -1]
                 positions = positions + 1
             keep = []
             for row, (prompt, token) in enumerate(zip(live, self._pick(logits).tolist())):
@@ -89,9 +95,17 @@ class HFBackend(TokenizedEngine):
                         keep.append(row)
                         continue
                 end = pads[prompt] + len(encoded[prompt]) + fed
-                ended[prompt] = _Context(encoded[prompt], encoded[prompt] + new[prompt][:fed],
-                                         [(layer.keys[row : row + 1, :, pads[prompt] : end].clone(),
-                                           layer.values[row : row + 1, :, pads[prompt] : end].clone()) for layer in cache.layers])
+                ended[prompt] = _Context(
+                    encoded[prompt],
+                    encoded[prompt] + new[prompt][:fed],
+                    [
+                        (
+                            layer.keys[row : row + 1, :, pads[prompt] : end].clone(),
+                            layer.values[row : row + 1, :, pads[prompt] : end].clone(),
+                        )
+                        for layer in cache.layers
+                    ],
+                )
             if not keep:
                 break
             if len(keep) < len(live):
@@ -158,7 +172,9 @@ class HFBackend(TokenizedEngine):
     def describe(self) -> dict:
         return {
             "engine": "hf",
-            "decoder": f"sampled at temperature {self.temperature}, finished rows pruned" if self.temperature else "greedy, finished rows pruned",
+            "decoder": f"sampled at temperature {self.temperature}, finished rows pruned"
+            if self.temperature
+            else "greedy, finished rows pruned",
             "transformers": transformers.__version__,
             "torch": torch.__version__,
             "device": self.device,

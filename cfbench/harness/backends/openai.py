@@ -19,9 +19,19 @@ from cfbench.harness.protocol import cut_at_stop
 
 
 class OpenAIBackend(TokenizedEngine):
-    def __init__(self, base_url: str, model: str, tokenizer: str | None = None, *, concurrency: int = 4,
-                 request_size: int = 16, timeout: float = 600.0, retries: int = 3, api_key: str | None = None,
-                 organization: str | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        tokenizer: str | None = None,
+        *,
+        concurrency: int = 4,
+        request_size: int = 16,
+        timeout: float = 600.0,
+        retries: int = 3,
+        api_key: str | None = None,
+        organization: str | None = None,
+    ) -> None:
         if concurrency < 1 or request_size < 1:
             raise CfbenchError(f"--concurrency and --request-size must be at least 1, got {concurrency} and {request_size}")
         root = base_url.rstrip("/").removesuffix("/completions").removesuffix("/v1")
@@ -57,8 +67,14 @@ class OpenAIBackend(TokenizedEngine):
     def _complete(self, chunk: list[list[int]], max_new_tokens: int, stop: tuple[str, ...]) -> list[str]:
         with one_line_errors("model server", self._client):
             answer = self._client.completions.create(
-                model=self.model, prompt=chunk, max_tokens=max_new_tokens, temperature=0.0, n=1, **({"stop": list(stop)} if stop else {}),
-                extra_body={"include_stop_str_in_output": True, "skip_special_tokens": True})  # vLLM's fields
+                model=self.model,
+                prompt=chunk,
+                max_tokens=max_new_tokens,
+                temperature=0.0,
+                n=1,
+                **({"stop": list(stop)} if stop else {}),
+                extra_body={"include_stop_str_in_output": True, "skip_special_tokens": True},
+            )  # vLLM's fields
         try:
             choices = sorted(answer.choices, key=lambda c: c.index)
             if [c.index for c in choices] != list(range(len(chunk))):

@@ -24,25 +24,40 @@ def import_vllm():
     try:
         import vllm
     except ImportError:
-        raise CfbenchError("--backend vllm needs vLLM (CUDA only): pip install 'cfbench[vllm]' on a GPU machine, "
-                           "or use --backend hf / --backend openai") from None
+        raise CfbenchError(
+            "--backend vllm needs vLLM (CUDA only): pip install 'cfbench[vllm]' on a GPU machine, or use --backend hf / --backend openai"
+        ) from None
     return vllm
 
 
 class VLLMBackend(TokenizedEngine):
-    def __init__(self, ckpt: ResolvedCheckpoint, *, dtype: str = "bfloat16", tensor_parallel_size: int = 1,
-                 gpu_memory_utilization: float = 0.9, max_model_len: int | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        ckpt: ResolvedCheckpoint,
+        *,
+        dtype: str = "bfloat16",
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.9,
+        max_model_len: int | None = None,
+        seed: int = 0,
+    ) -> None:
         vllm = import_vllm()
         self._vllm = vllm
         self.ckpt = ckpt
-        self.settings = {"dtype": dtype, "tensor_parallel_size": tensor_parallel_size,
-                         "gpu_memory_utilization": gpu_memory_utilization, "max_model_len": max_model_len, "seed": seed}
+        self.settings = {
+            "dtype": dtype,
+            "tensor_parallel_size": tensor_parallel_size,
+            "gpu_memory_utilization": gpu_memory_utilization,
+            "max_model_len": max_model_len,
+            "seed": seed,
+        }
         self.llm = vllm.LLM(model=ckpt.location, tokenizer=ckpt.location, enable_prefix_caching=True, **self.settings)
         self.tokens = PromptTokens(self.llm.get_tokenizer())
 
     def generate(self, prompts: list[str], max_new_tokens: int, max_context_tokens: int, stop: tuple[str, ...]) -> list[str]:
-        params = self._vllm.SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop=list(stop) or None,
-                                           include_stop_str_in_output=True, skip_special_tokens=True)
+        params = self._vllm.SamplingParams(
+            temperature=0.0, max_tokens=max_new_tokens, stop=list(stop) or None, include_stop_str_in_output=True, skip_special_tokens=True
+        )
         inputs = [{"prompt_token_ids": self.tokens.context(p, max_context_tokens)} for p in prompts]
         outputs = self.llm.generate(inputs, params, use_tqdm=False)
         return [cut_at_stop(out.outputs[0].text, stop) for out in outputs]

@@ -29,8 +29,11 @@ class CachedRetriever:
 
     def search(self, queries: list[str], k: int) -> list[list[Hit]]:
         keys = [self._key(q, k) for q in queries]
-        stored = dict(self._db.execute(
-            f"SELECT key, hits FROM results WHERE key IN ({','.join('?' * len(keys))})", keys).fetchall()) if keys else {}
+        stored = (
+            dict(self._db.execute(f"SELECT key, hits FROM results WHERE key IN ({','.join('?' * len(keys))})", keys).fetchall())
+            if keys
+            else {}
+        )
         todo = list(dict.fromkeys(q for q, key in zip(queries, keys) if key not in stored))  # distinct misses, in order
         if todo:
             fresh = self.inner.search(todo, k)

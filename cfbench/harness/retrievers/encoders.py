@@ -75,8 +75,9 @@ class Encoder:
         with torch.inference_mode():
             for start in range(0, len(order), self.batch_size):
                 rows = order[start : start + self.batch_size]
-                batch = self.tokenizer([prefix + texts[i] for i in rows], padding=True, truncation=True,
-                                       max_length=self.spec.max_length, return_tensors="pt")
+                batch = self.tokenizer(
+                    [prefix + texts[i] for i in rows], padding=True, truncation=True, max_length=self.spec.max_length, return_tensors="pt"
+                )
                 hidden = self.model(**batch).last_hidden_state
                 mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)

@@ -37,7 +37,10 @@ class HTTPRetriever:
         try:
             answer = self._client.get(self.base + "/health")
         except httpx.HTTPError as err:
-            raise CfbenchError(f"retrieval server {self.base} is not answering ({type(err).__name__}); start it with `cfbench retriever serve` or fix --retriever") from None
+            raise CfbenchError(
+                f"retrieval server {self.base} is not answering ({type(err).__name__}); "
+                "start it with `cfbench retriever serve` or fix --retriever"
+            ) from None
         try:
             return answer.json() if answer.status_code == 200 else {}
         except ValueError:  # a /health that is not JSON tells us nothing
@@ -73,5 +76,9 @@ class HTTPRetriever:
         return Hit(pid, contents, float(item["score"]))
 
     def describe(self) -> dict:
-        return {"kind": "http", "url": self.url, "server": self.health.get("retriever"),
-                "index_sha256": (self.health.get("retriever") or {}).get("index_sha256")}
+        return {
+            "kind": "http",
+            "url": self.url,
+            "server": self.health.get("retriever"),
+            "index_sha256": (self.health.get("retriever") or {}).get("index_sha256"),
+        }

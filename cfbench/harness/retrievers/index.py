@@ -106,8 +106,10 @@ def open_index(directory: Path, corpus: Corpus | None = None):
     kind, params = manifest["kind"], manifest["params"]
     digest = index_hash(kind, corpus.sha256, params)  # computed here, so an edited manifest cannot claim another index's results
     if digest != manifest["index_sha256"]:
-        raise CfbenchError(f"{directory / 'manifest.json'}: index_sha256 {str(manifest['index_sha256'])[:16]} is not the hash of its "
-                           f"kind, corpus and parameters ({digest[:16]}); rebuild the index with `cfbench index build`")
+        raise CfbenchError(
+            f"{directory / 'manifest.json'}: index_sha256 {str(manifest['index_sha256'])[:16]} is not the hash of its "
+            f"kind, corpus and parameters ({digest[:16]}); rebuild the index with `cfbench index build`"
+        )
     if kind == "bm25":
         from cfbench.harness.retrievers.bm25 import BM25Retriever
 

@@ -30,7 +30,9 @@ def require_java21() -> None:
     found = re.search(r'version "(\d+)', banner)
     major = int(found.group(1)) if found else 0
     if major < 21:
-        raise CfbenchError(f"the lucene index needs Java 21, found Java {major or 'of unknown version'} at {java}; install a JDK 21 or use --kind bm25")
+        raise CfbenchError(
+            f"the lucene index needs Java 21, found Java {major or 'of unknown version'} at {java}; install a JDK 21 or use --kind bm25"
+        )
 
 
 def _require_pyserini() -> None:
@@ -45,8 +47,22 @@ def build_lucene(corpus: Corpus, directory: Path) -> None:
         with open(Path(docs) / "docs.jsonl", "w", encoding="utf-8") as f:
             for pid, contents in zip(corpus.ids, corpus.contents):
                 f.write(dumps({"id": pid, "contents": contents}) + "\n")  # streamed: a corpus can be GBs
-        cmd = [sys.executable, "-m", "pyserini.index.lucene", "--collection", "JsonCollection", "--input", docs,
-               "--index", str(directory), "--generator", "DefaultLuceneDocumentGenerator", "--threads", "1", "--storeRaw"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pyserini.index.lucene",
+            "--collection",
+            "JsonCollection",
+            "--input",
+            docs,
+            "--index",
+            str(directory),
+            "--generator",
+            "DefaultLuceneDocumentGenerator",
+            "--threads",
+            "1",
+            "--storeRaw",
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise CfbenchError(f"pyserini indexing failed: {(done.stderr.strip().splitlines() or ['no output'])[-1]}")
@@ -77,5 +93,10 @@ class LuceneRetriever:
         return results
 
     def describe(self) -> dict:
-        return {"kind": "lucene", "params": PARAMS, "corpus": portable(self.corpus.path), "corpus_sha256": self.corpus.sha256,
-                "index_sha256": self.index_hash}
+        return {
+            "kind": "lucene",
+            "params": PARAMS,
+            "corpus": portable(self.corpus.path),
+            "corpus_sha256": self.corpus.sha256,
+            "index_sha256": self.index_hash,
+        }

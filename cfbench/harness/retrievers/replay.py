@@ -44,5 +44,10 @@ class ReplayRetriever:
         return results
 
     def describe(self) -> dict:
-        return {"kind": "replay", "run": str(self.run_dir), "corpus_sha256": self.corpus.sha256,
-                "index_sha256": self.source.get("index_sha256"), "replayed": self.source}
+        return {
+            "kind": "replay",
+            "run": str(self.run_dir),
+            "corpus_sha256": self.corpus.sha256,
+            "index_sha256": self.source.get("index_sha256"),
+            "replayed": self.source,
+        }

@@ -14,8 +14,11 @@ from cfbench.harness.suite import load_suite
 
 def load_benchmark(suite: str = "fixed1325", benchmark: str = "", **_metadata) -> DatasetDict:
     """One benchmark of a cfbench suite as lm-eval's test split; `suite` can be set with `lm_eval --metadata '{"suite": "mini"}'`."""
-    rows = [{"id": q.id, "question": q.question, "golden_answers": list(q.golden_answers)}
-            for q in load_suite(suite).questions if q.benchmark == benchmark]
+    rows = [
+        {"id": q.id, "question": q.question, "golden_answers": list(q.golden_answers)}
+        for q in load_suite(suite).questions
+        if q.benchmark == benchmark
+    ]
     if not rows:
         raise ValueError(f"cfbench suite {suite!r} has no questions of benchmark {benchmark!r}")
     return DatasetDict({"test": Dataset.from_list(rows)})

@@ -29,8 +29,8 @@ from pathlib import Path
 from cfbench.harness import jsonl
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.runrecord import dumps, write_atomic
-from cfbench.training.core.answers import MATCHER, matches
 from cfbench.training.audit.judge import Verdict
+from cfbench.training.core.answers import MATCHER, matches
 
 AUDIT_VERSION = 2
 RATES = ("T_P", "T_S", "A", "F", "L")
@@ -56,8 +56,10 @@ def run_config(run: Path) -> dict:
     except (json.JSONDecodeError, KeyError, TypeError):
         raise CfbenchError(f"{path}: not a training config (no JSON object with a treatment); pass a `cfbench train` run") from None
     if not (run / "audit").is_dir():
-        raise CfbenchError(f"{run}: a {treatment!r} run has no audit/ records; only the self-evolution treatments "
-                           "(dr-zero, msv, crossfit, msv-crossfit) are audited")
+        raise CfbenchError(
+            f"{run}: a {treatment!r} run has no audit/ records; only the self-evolution treatments "
+            "(dr-zero, msv, crossfit, msv-crossfit) are audited"
+        )
     if not (run / "metrics.jsonl").is_file():
         raise CfbenchError(f"{run}: no metrics.jsonl beside audit/; the run directory is incomplete")
     return config
@@ -73,8 +75,10 @@ def out_dir(path: Path, what: str) -> Path:
 
 def saved_steps(run: Path) -> list[tuple[int, list[dict]]]:
     """(step, rows) of every audit/step-N.jsonl, in step order."""
-    found = [(int(path.stem.split("-")[1]), [row for _, row in jsonl.iter_rows(path, jsonl.read_bytes(path))])
-             for path in (run / "audit").glob("step-*.jsonl")]
+    found = [
+        (int(path.stem.split("-")[1]), [row for _, row in jsonl.iter_rows(path, jsonl.read_bytes(path))])
+        for path in (run / "audit").glob("step-*.jsonl")
+    ]
     if not found:
         raise CfbenchError(f"{run}/audit holds no step-N.jsonl records yet; audit the run after its first step")
     return sorted(found, key=lambda x: x[0])
@@ -83,14 +87,18 @@ def saved_steps(run: Path) -> list[tuple[int, list[dict]]]:
 def judge_rows(rows: list[dict], judge) -> list[dict]:
     """The admitted questions of one step, judged. A response that matches the label shares the label's verdict."""
     admitted = [r for r in rows if r["admitted"]]
-    asked = [{"source_id": r["source_id"], "source": r["source"], "question": r["draft_question"],
-              "evidence": r.get("evidence", [])} for r in admitted]  # runs recorded before evidence was: the source alone
+    asked = [
+        {"source_id": r["source_id"], "source": r["source"], "question": r["draft_question"], "evidence": r.get("evidence", [])}
+        for r in admitted
+    ]  # runs recorded before evidence was: the source alone
     refs = judge.references(asked)
     items, owners = [], []  # per resolved question: its label (j = -1), then each response that does not match the label
     for i, (a, r, ref) in enumerate(zip(asked, admitted, refs)):
         if ref.status == "resolved":
-            for j, answer in [(-1, r["adopted_label"]), *((j, x["prediction"]) for j, x in enumerate(r["solver_responses"])
-                                                          if not matches(x["prediction"], r["adopted_label"]))]:
+            for j, answer in [
+                (-1, r["adopted_label"]),
+                *((j, x["prediction"]) for j, x in enumerate(r["solver_responses"]) if not matches(x["prediction"], r["adopted_label"])),
+            ]:
                 items.append((a, ref, answer))
                 owners.append((i, j))
     verdicts = dict(zip(owners, judge.verdicts(items)))
@@ -101,32 +109,57 @@ def judge_rows(rows: list[dict], judge) -> list[dict]:
         for j, x in enumerate(r["solver_responses"]):
             agree = matches(x["prediction"], r["adopted_label"])
             v = (label and Verdict(label.correct, "label")) if agree else verdicts.get((i, j))
-            responses.append({"prediction": x["prediction"], "matches_label": agree, "correct": v.correct if v else None,
-                              "by": v.by if v else None})
-        judged.append({"step": r["step"], "round": r["round"], "phase": r["phase"], "task_id": r["task_id"], "source_id": r["source_id"],
-                       "hops": r["hops"], "evidence": asked[i]["evidence"], "source": r["source"],
-                       "question": r["draft_question"], "adopted_label": r["adopted_label"], "reference": ref.to_json(),
-                       "scorer": r["scorer"], "scorer_provenance": r["scorer_provenance"],
-                       "label_provenance": r.get("label_provenance"),  # None: a run recorded before labels carried it
-                       "label": None if label is None else {"correct": label.correct, "by": label.by}, "responses": responses})
+            responses.append(
+                {"prediction": x["prediction"], "matches_label": agree, "correct": v.correct if v else None, "by": v.by if v else None}
+            )
+        judged.append(
+            {
+                "step": r["step"],
+                "round": r["round"],
+                "phase": r["phase"],
+                "task_id": r["task_id"],
+                "source_id": r["source_id"],
+                "hops": r["hops"],
+                "evidence": asked[i]["evidence"],
+                "source": r["source"],
+                "question": r["draft_question"],
+                "adopted_label": r["adopted_label"],
+                "reference": ref.to_json(),
+                "scorer": r["scorer"],
+                "scorer_provenance": r["scorer_provenance"],
+                "label_provenance": r.get("label_provenance"),  # None: a run recorded before labels carried it
+                "label": None if label is None else {"correct": label.correct, "by": label.by},
+                "responses": responses,
+            }
+        )
     return judged
 
 
 def rates(judged: list[dict]) -> dict:
     """T_P, T_S, A, F, L over the resolved pairs of some judged questions, with coverage."""
     pairs = [(q, x) for q in judged for x in q["responses"]]
-    done = [(q["label"]["correct"], x["correct"], x["matches_label"]) for q, x in pairs
-            if q["label"] is not None and q["label"]["correct"] is not None and x["correct"] is not None]
+    done = [
+        (q["label"]["correct"], x["correct"], x["matches_label"])
+        for q, x in pairs
+        if q["label"] is not None and q["label"]["correct"] is not None and x["correct"] is not None
+    ]
     n = len(done)
 
     def share(test: Callable[[bool, bool, bool], bool]) -> float | None:
         return sum(test(*d) for d in done) / n if n else None
 
-    return {"questions": len(judged), "resolved_questions": sum(q["reference"]["status"] == "resolved" for q in judged),
-            "pairs": len(pairs), "resolved_pairs": n, "coverage": n / len(pairs) if pairs else None,
-            "T_P": share(lambda lab, res, agree: lab), "T_S": share(lambda lab, res, agree: res),
-            "A": share(lambda lab, res, agree: agree), "F": share(lambda lab, res, agree: agree and not lab and not res),
-            "L": share(lambda lab, res, agree: res and not lab)}
+    return {
+        "questions": len(judged),
+        "resolved_questions": sum(q["reference"]["status"] == "resolved" for q in judged),
+        "pairs": len(pairs),
+        "resolved_pairs": n,
+        "coverage": n / len(pairs) if pairs else None,
+        "T_P": share(lambda lab, res, agree: lab),
+        "T_S": share(lambda lab, res, agree: res),
+        "A": share(lambda lab, res, agree: agree),
+        "F": share(lambda lab, res, agree: agree and not lab and not res),
+        "L": share(lambda lab, res, agree: res and not lab),
+    }
 
 
 def by_hops(judged: list[dict]) -> list[dict]:
@@ -183,9 +216,19 @@ def audit_run(run: Path, judge, out: Path, on_step: Callable[[int], None] = lamb
         round_, phase, _ = schedule(config, step)
         steps.append({"step": step, "round": round_, "phase": phase, **rates(judged)})
         on_step(step)
-    record = {"audit_version": AUDIT_VERSION, "run": str(run.resolve()), "treatment": config["treatment"],
-              "label": treatment_label(config), "config": config, "judge": judge.describe(), "matcher": MATCHER,
-              "judge_requests": {"needed": judge.needed, "sent": judge.sent}, "steps": steps, "rounds": round_means(steps),
-              "hops": by_hops(everything), "labels": by_label_provenance(everything)}
+    record = {
+        "audit_version": AUDIT_VERSION,
+        "run": str(run.resolve()),
+        "treatment": config["treatment"],
+        "label": treatment_label(config),
+        "config": config,
+        "judge": judge.describe(),
+        "matcher": MATCHER,
+        "judge_requests": {"needed": judge.needed, "sent": judge.sent},
+        "steps": steps,
+        "rounds": round_means(steps),
+        "hops": by_hops(everything),
+        "labels": by_label_provenance(everything),
+    }
     write_atomic(out / "audit.json", dumps(record) + "\n")
     return record

@@ -9,18 +9,24 @@ import click
 from cfbench.harness.cli_output import console, job_progress, one_line_errors
 from cfbench.training.audit.replay import VARIANTS
 
-_JUDGE_HELP = ("openai:MODEL@URL (an OpenAI-compatible server), openai:MODEL (the hosted OpenAI API), hf:MODEL_OR_DIR (in process) "
-               "or reference (gold answers in the corpus).")
+_JUDGE_HELP = (
+    "openai:MODEL@URL (an OpenAI-compatible server), openai:MODEL (the hosted OpenAI API), hf:MODEL_OR_DIR (in process) "
+    "or reference (gold answers in the corpus)."
+)
 _RUN = click.Path(exists=True, file_okay=False, path_type=Path)
 
 
 def _openai_judge_options(command):
     """--api-key, --reasoning-effort and --max-output-tokens, the settings of an openai: judge, on `command`."""
-    command = click.option("--max-output-tokens", type=click.IntRange(min=1), default=None,
-                           help="openai: judge output-token budget, thinking included "
-                                "[default: 192 per reference, 8 per verdict].")(command)
-    command = click.option("--reasoning-effort", default=None,
-                           help="openai: judge reasoning effort for reasoning models (e.g. minimal, low, medium, high).")(command)
+    command = click.option(
+        "--max-output-tokens",
+        type=click.IntRange(min=1),
+        default=None,
+        help="openai: judge output-token budget, thinking included [default: 192 per reference, 8 per verdict].",
+    )(command)
+    command = click.option(
+        "--reasoning-effort", default=None, help="openai: judge reasoning effort for reasoning models (e.g. minimal, low, medium, high)."
+    )(command)
     return click.option("--api-key", default=None, help="openai: judge key [default: $OPENAI_API_KEY; none for a local server].")(command)
 
 
@@ -39,8 +45,12 @@ def _judge(spec: str, run: Path, out: Path, openai_settings: dict):
 @click.command("audit")
 @click.argument("runs", nargs=-1, required=True, type=_RUN)
 @click.option("--judge", "spec", required=True, help=_JUDGE_HELP)
-@click.option("--report", type=click.Path(path_type=Path), default=None,
-              help="Directory for the tables, trajectory plot and cost report across RUNS [default, one run: its judged/JUDGE/].")
+@click.option(
+    "--report",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Directory for the tables, trajectory plot and cost report across RUNS [default, one run: its judged/JUDGE/].",
+)
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads for an hf judge (default: torch's).")
 @_openai_judge_options
 def audit_cmd(runs, spec, report, threads, **openai_settings) -> None:
@@ -49,8 +59,8 @@ def audit_cmd(runs, spec, report, threads, **openai_settings) -> None:
     Each run's judgements go to RUN/judged/JUDGE/ (with the judge's cache: a rerun sends no request).
     """
     from cfbench.training.audit.audit import audit_run, saved_steps
-    from cfbench.training.audit.report import write_report
     from cfbench.training.audit.judge import slug
+    from cfbench.training.audit.report import write_report
 
     if threads:
         import torch
@@ -68,8 +78,11 @@ def audit_cmd(runs, spec, report, threads, **openai_settings) -> None:
             with job_progress(f"{run}: judged", "step", fields={"last": ""}) as progress:
                 progress.start(len(saved_steps(run)), 0)
                 record = audit_run(run, judge, out, on_step=lambda step: progress.update(advance=1, last=step))
-            console.print(f"{run}: {record['label']}, {len(record['steps'])} steps, judge requests {judge.needed} "
-                          f"({judge.sent} sent, {judge.needed - judge.sent} from the cache) -> {out}", highlight=False)
+            console.print(
+                f"{run}: {record['label']}, {len(record['steps'])} steps, judge requests {judge.needed} "
+                f"({judge.sent} sent, {judge.needed - judge.sent} from the cache) -> {out}",
+                highlight=False,
+            )
             records.append(record)
         report = report or runs[0] / "judged" / slug(spec, openai_settings["reasoning_effort"])
         write_report(records, list(runs), report)
@@ -79,12 +92,26 @@ def audit_cmd(runs, spec, report, threads, **openai_settings) -> None:
 
 @click.command("replay")
 @click.argument("run", type=_RUN)
-@click.option("--bank", type=click.IntRange(min=1), required=True, help="Replay N questions and labels the run trained on, drawn round by round.")
-@click.option("--feedback", "variants", type=click.Choice(list(VARIANTS)), multiple=True, required=True,
-              help="Feedback solver provenance; repeat for several.")
+@click.option(
+    "--bank", type=click.IntRange(min=1), required=True, help="Replay N questions and labels the run trained on, drawn round by round."
+)
+@click.option(
+    "--feedback",
+    "variants",
+    type=click.Choice(list(VARIANTS)),
+    multiple=True,
+    required=True,
+    help="Feedback solver provenance; repeat for several.",
+)
 @click.option("--judge", "spec", default="reference", show_default=True, help=_JUDGE_HELP)
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Replay directory (kept variants are not redone).")
-@click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True, help="Passes of the feedback solvers over their share of the bank.")
+@click.option(
+    "--epochs",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Passes of the feedback solvers over their share of the bank.",
+)
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads (default: torch's).")
 @_openai_judge_options
 def replay_cmd(run, bank, variants, spec, out, epochs, threads, **openai_settings) -> None:
@@ -97,8 +124,16 @@ def replay_cmd(run, bank, variants, spec, out, epochs, threads, **openai_setting
         torch.set_num_threads(threads)
     with one_line_errors("finished variants and judge answers are kept; rerun the same command to continue"):
         judge = _judge(spec, run, out, openai_settings)
-        summary = replay(run, bank, list(dict.fromkeys(variants)), judge, out, epochs,
-                         on_variant=lambda v, r: console.print(f"{v}: F {_num(r['F'])}  A {_num(r['A'])}  coverage {_num(r['coverage'])}",
-                                                               highlight=False))
+        summary = replay(
+            run,
+            bank,
+            list(dict.fromkeys(variants)),
+            judge,
+            out,
+            epochs,
+            on_variant=lambda v, r: console.print(
+                f"{v}: F {_num(r['F'])}  A {_num(r['A'])}  coverage {_num(r['coverage'])}", highlight=False
+            ),
+        )
         click.echo((out / "replay.md").read_text())
         console.print(f"replay: {out} ({len(summary['variants'])} variants)", highlight=False)

@@ -16,9 +16,10 @@ reference records which document the quote came from (`quote_from`: 0 the source
 retrieved passage; the first that holds it). Then it answers yes/no for the adopted label and each solver response against the reference
 (the audit gives a response that matches the label the label's verdict); an empty answer is wrong and
 an answer equal to the reference under normalised exact match is right without a request; an
-unreadable verdict leaves the pair unresolved. The `reference` judge takes the first gold answer found, as whole words, in a sentence of
-the source text, else of the retrieved passages in order (the quote is that sentence; none found: unresolved) and calls an answer right when it matches any gold answer
-under normalised exact match.
+unreadable verdict leaves the pair unresolved. The `reference` judge takes the first gold answer
+found, as whole words, in a sentence of the source text, else of the retrieved passages in order
+(the quote is that sentence; none found: unresolved) and calls an answer right when it matches any
+gold answer under normalised exact match.
 
 A gold answer belongs to the source, not to the proposer's question: the `reference` judge is for
 labelled corpora built so that each source has one answer to ask about, and for tests.
@@ -86,15 +87,19 @@ def reference_prompt(documents: list[str], question: str) -> str:
     for mark, doc in zip(evidence_marks(documents), documents):
         title, _, text = doc.partition("\n")
         shown.append(f"[{mark}] {'Source document' if mark == 'S' else 'Retrieved passage'}: (Title: {title}) {text}")
-    return ("\n".join(shown) + f"\n\nQuestion: {question}\n\n"
-            "Answer the question using only the documents above. First copy the exact words of one document that "
-            "support the answer between <quote> and </quote>, then write the short answer between <reference> and "
-            "</reference>. If the documents do not answer the question, write <reference>unresolved</reference>.")
+    return (
+        "\n".join(shown) + f"\n\nQuestion: {question}\n\n"
+        "Answer the question using only the documents above. First copy the exact words of one document that "
+        "support the answer between <quote> and </quote>, then write the short answer between <reference> and "
+        "</reference>. If the documents do not answer the question, write <reference>unresolved</reference>."
+    )
 
 
 def verdict_prompt(question: str, reference: str, candidate: str) -> str:
-    return (f"Question: {question}\nReference answer: {reference}\nCandidate answer: {candidate}\n\n"
-            "Does the candidate answer mean the same as the reference answer? Reply with yes or no only.")
+    return (
+        f"Question: {question}\nReference answer: {reference}\nCandidate answer: {candidate}\n\n"
+        "Does the candidate answer mean the same as the reference answer? Reply with yes or no only."
+    )
 
 
 def _squash(text: str) -> str:
@@ -162,8 +167,18 @@ class JudgeCache:
 class _OpenAIChat:
     """Chat completions through the `openai` SDK, `concurrency` requests in flight: greedy unless a reasoning effort is set."""
 
-    def __init__(self, model: str, url: str | None, *, api_key: str | None = None, reasoning_effort: str | None = None,
-                 max_output_tokens: int | None = None, concurrency: int = 4, timeout: float = 600.0, retries: int = 3) -> None:
+    def __init__(
+        self,
+        model: str,
+        url: str | None,
+        *,
+        api_key: str | None = None,
+        reasoning_effort: str | None = None,
+        max_output_tokens: int | None = None,
+        concurrency: int = 4,
+        timeout: float = 600.0,
+        retries: int = 3,
+    ) -> None:
         from cfbench.harness.openai_client import make_client
 
         self.model, self.concurrency, self.max_output_tokens = model, concurrency, max_output_tokens
@@ -180,8 +195,12 @@ class _OpenAIChat:
         from cfbench.harness.openai_client import one_line_errors
 
         with one_line_errors("judge server", self._client):
-            answer = self._client.chat.completions.create(model=self.model, messages=[{"role": "user", "content": prompt}],
-                                                          max_completion_tokens=self.max_output_tokens or max_tokens, **self._knobs)
+            answer = self._client.chat.completions.create(
+                model=self.model,
+                messages=[{"role": "user", "content": prompt}],
+                max_completion_tokens=self.max_output_tokens or max_tokens,
+                **self._knobs,
+            )
         try:
             return answer.choices[0].message.content or ""
         except (AttributeError, IndexError, TypeError) as err:
@@ -209,8 +228,14 @@ class LLMJudge:
         self.needed = self.sent = 0  # prompts asked of the judge, and those not answered from the cache
 
     def describe(self) -> dict:
-        return {"judge": self.kind, "identity": self.identity, "reference_tokens": REFERENCE_TOKENS, "verdict_tokens": VERDICT_TOKENS,
-                "decoding": "greedy (temperature 0)", "cache": str(self.cache.path)}
+        return {
+            "judge": self.kind,
+            "identity": self.identity,
+            "reference_tokens": REFERENCE_TOKENS,
+            "verdict_tokens": VERDICT_TOKENS,
+            "decoding": "greedy (temperature 0)",
+            "cache": str(self.cache.path),
+        }
 
     def _ask(self, prompts: list[str], max_tokens: int) -> list[str]:
         keys = [JudgeCache.key(self.identity, p, max_tokens) for p in prompts]
@@ -268,9 +293,14 @@ class GoldJudge:
         self.needed = self.sent = 0
 
     def describe(self) -> dict:
-        return {"judge": "reference", "identity": "reference", "corpus": str(self.corpus),
-                "sources_with_gold": len(self.golds) + len(self.qa), "qa_match": self.QA_MATCH,
-                "correct_if": "normalised exact match with any gold answer (of the matching gold question, for qa sources)"}
+        return {
+            "judge": "reference",
+            "identity": "reference",
+            "corpus": str(self.corpus),
+            "sources_with_gold": len(self.golds) + len(self.qa),
+            "qa_match": self.QA_MATCH,
+            "correct_if": "normalised exact match with any gold answer (of the matching gold question, for qa sources)",
+        }
 
     def references(self, rows: list[dict]) -> list[Reference]:
         return [self._reference(r) for r in rows]
@@ -279,7 +309,9 @@ class GoldJudge:
         if row["source_id"] in self.golds:
             return self.golds[row["source_id"]]
         asked = set(normalize(row["question"]).split())
-        overlap = [(len(asked & words) / len(asked | words), answers) for words, answers in self.qa.get(row["source_id"], ()) if asked | words]
+        overlap = [
+            (len(asked & words) / len(asked | words), answers) for words, answers in self.qa.get(row["source_id"], ()) if asked | words
+        ]
         best = max(overlap, key=lambda pair: pair[0], default=(0.0, None))
         return best[1] if best[0] >= self.QA_MATCH else None
 
@@ -299,8 +331,15 @@ class GoldJudge:
         return [_rule(ref.answer, c) or Verdict(any(matches(c, g) for g in self.golds_for(row)), "gold") for row, ref, c in items]
 
 
-def judge_for(spec: str, corpus: Path, cache: Path, *, api_key: str | None = None, reasoning_effort: str | None = None,
-              max_output_tokens: int | None = None):
+def judge_for(
+    spec: str,
+    corpus: Path,
+    cache: Path,
+    *,
+    api_key: str | None = None,
+    reasoning_effort: str | None = None,
+    max_output_tokens: int | None = None,
+):
     """The judge `--judge SPEC` names; LLM judges answer through `cache`."""
     kind, _, rest = spec.partition(":")
     if kind != "openai" and (api_key or reasoning_effort or max_output_tokens):
@@ -310,10 +349,13 @@ def judge_for(spec: str, corpus: Path, cache: Path, *, api_key: str | None = Non
     if kind == "openai":
         model, at, url = rest.rpartition("@") if "@" in rest else (rest, "", None)
         if not model or (at and not url.startswith(("http://", "https://"))):
-            raise CfbenchError(f"--judge {spec!r}: write openai:MODEL@URL (e.g. openai:qwen@http://127.0.0.1:8001/v1) "
-                               "or openai:MODEL for the hosted OpenAI API")
-        identity = f"openai:{model}" + "".join(f"|{k}={v}" for k, v in [("reasoning_effort", reasoning_effort),
-                                                                        ("max_output_tokens", max_output_tokens)] if v)
+            raise CfbenchError(
+                f"--judge {spec!r}: write openai:MODEL@URL (e.g. openai:qwen@http://127.0.0.1:8001/v1) "
+                "or openai:MODEL for the hosted OpenAI API"
+            )
+        identity = f"openai:{model}" + "".join(
+            f"|{k}={v}" for k, v in [("reasoning_effort", reasoning_effort), ("max_output_tokens", max_output_tokens)] if v
+        )
         chat = _OpenAIChat(model, url, api_key=api_key, reasoning_effort=reasoning_effort, max_output_tokens=max_output_tokens)
         return LLMJudge("openai", identity, chat, JudgeCache(cache))
     if kind == "hf" and rest:

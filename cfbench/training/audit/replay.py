@@ -33,10 +33,10 @@ from pathlib import Path
 import torch
 
 from cfbench.harness.errors import CfbenchError
-from cfbench.harness.protocol import Knobs
 from cfbench.harness.jsonl import dumps, jsonl_text, write_atomic
-from cfbench.training.selfevolve import crossfit
+from cfbench.harness.protocol import Knobs
 from cfbench.training.audit.audit import RATES, judge_rows, out_dir, rates, run_config, saved_steps
+from cfbench.training.selfevolve import crossfit
 from cfbench.training.selfevolve.sources import FOLDS_FILE, Task, fold_of
 
 VARIANTS = {  # variant -> (CrossFit control, auxiliary budget) that routes and trains its feedback solvers
@@ -51,20 +51,35 @@ REPLAY_VERSION = 2
 
 
 def load_bank(run: Path, n: int) -> list[dict]:
-    trained = [{"task_id": r["task_id"], "step": step, "round": r["round"], "source_id": r["source_id"], "source": r["source"],
-                "hops": r["hops"], "question": r["draft_question"], "label": r["adopted_label"]}
-               for step, rows in saved_steps(run) for r in rows if r["admitted"] and r["phase"] == "solver"]
+    trained = [
+        {
+            "task_id": r["task_id"],
+            "step": step,
+            "round": r["round"],
+            "source_id": r["source_id"],
+            "source": r["source"],
+            "hops": r["hops"],
+            "question": r["draft_question"],
+            "label": r["adopted_label"],
+        }
+        for step, rows in saved_steps(run)
+        for r in rows
+        if r["admitted"] and r["phase"] == "solver"
+    ]
     if len(trained) < n:
-        raise CfbenchError(f"{run}: --bank {n} asks for more questions than the run admitted in solver steps ({len(trained)}); "
-                           f"pass --bank {len(trained)} or less")
+        raise CfbenchError(
+            f"{run}: --bank {n} asks for more questions than the run admitted in solver steps ({len(trained)}); "
+            f"pass --bank {len(trained)} or less"
+        )
     by_round = [[q for q in trained if q["round"] == r] for r in sorted({q["round"] for q in trained})]
     turns = sorted(((i, r, q["task_id"]) for r, mine in enumerate(by_round) for i, q in enumerate(mine)))
     chosen = {task_id for _, _, task_id in turns[:n]}
     return [q for q in trained if q["task_id"] in chosen]
 
 
-def replay(run: Path, n: int, variants: list[str], judge, out: Path, epochs: int,
-           on_variant: Callable[[str, dict], None] = lambda v, result: None) -> dict:
+def replay(
+    run: Path, n: int, variants: list[str], judge, out: Path, epochs: int, on_variant: Callable[[str, dict], None] = lambda v, result: None
+) -> dict:
     from cfbench.training.core.learner import checkpoints  # with torch and accelerate: not at CLI import
 
     config = run_config(run)
@@ -77,9 +92,15 @@ def replay(run: Path, n: int, variants: list[str], judge, out: Path, epochs: int
     folds = json.loads((run / FOLDS_FILE).read_text())["folds"] if (run / FOLDS_FILE).is_file() else {}
     results = {}
     for variant in variants:
-        settings = {"replay_version": REPLAY_VERSION, "variant": variant, "epochs": epochs, "run": str(run.resolve()),
-                    "bank_sha256": hashlib.sha256(text.encode()).hexdigest(), "judge": judge.describe()["identity"],
-                    "checkpoints": [p.name for _, p in checkpoints(run)] if variant == "coupled" else None}  # a resumed run: coupled again
+        settings = {
+            "replay_version": REPLAY_VERSION,
+            "variant": variant,
+            "epochs": epochs,
+            "run": str(run.resolve()),
+            "bank_sha256": hashlib.sha256(text.encode()).hexdigest(),
+            "judge": judge.describe()["identity"],
+            "checkpoints": [p.name for _, p in checkpoints(run)] if variant == "coupled" else None,
+        }  # a resumed run: coupled again
         kept = _finished(out / f"{variant}.json", settings)
         if kept:
             results[variant] = kept
@@ -87,13 +108,25 @@ def replay(run: Path, n: int, variants: list[str], judge, out: Path, epochs: int
             rows, updates = feedback(run, config, bank, folds, variant, epochs)
             judged = judge_rows(rows, judge)
             trained = [r["scorer_provenance"]["trained_on_this_source"] for r in rows]
-            results[variant] = {"settings": settings, **rates(judged), "updates": updates,
-                                "scorer_trained_on_source": sum(trained) / len(trained), "judged": judged}
+            results[variant] = {
+                "settings": settings,
+                **rates(judged),
+                "updates": updates,
+                "scorer_trained_on_source": sum(trained) / len(trained),
+                "judged": judged,
+            }
             write_atomic(out / f"{variant}.json", dumps(results[variant]) + "\n")
         on_variant(variant, results[variant])
-    summary = {"run": str(run.resolve()), "bank": n, "epochs": epochs, "judge": judge.describe(),
-               "variants": {v: {k: r[k] for k in (*RATES, "coverage", "pairs", "resolved_pairs", "updates", "scorer_trained_on_source")}
-                            for v, r in results.items()}}
+    summary = {
+        "run": str(run.resolve()),
+        "bank": n,
+        "epochs": epochs,
+        "judge": judge.describe(),
+        "variants": {
+            v: {k: r[k] for k in (*RATES, "coverage", "pairs", "resolved_pairs", "updates", "scorer_trained_on_source")}
+            for v, r in results.items()
+        },
+    }
     write_atomic(out / "replay.json", dumps(summary) + "\n")
     write_atomic(out / "replay.md", table(summary))
     return summary
@@ -109,20 +142,30 @@ def _finished(path: Path, settings: dict) -> dict | None:
 
 
 def table(summary: dict) -> str:
-    lines = [f"# Fixed-bank replay: {summary['bank']} questions of {summary['run']}", "",
-             f"Judge {summary['judge']['identity']}; feedback solvers trained {summary['epochs']} epoch(s) on the bank. "
-             "F = the feedback solver's answer matches the adopted label and both are wrong.", "",
-             "| feedback | F | A | T_S | T_P | L | coverage | scorer trained on the source | updates |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        f"# Fixed-bank replay: {summary['bank']} questions of {summary['run']}",
+        "",
+        f"Judge {summary['judge']['identity']}; feedback solvers trained {summary['epochs']} epoch(s) on the bank. "
+        "F = the feedback solver's answer matches the adopted label and both are wrong.",
+        "",
+        "| feedback | F | A | T_S | T_P | L | coverage | scorer trained on the source | updates |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for v, r in summary["variants"].items():
         cells = ["-" if r[k] is None else f"{r[k]:.3f}" for k in ("F", "A", "T_S", "T_P", "L", "coverage")]
-        lines.append(f"| {v} | " + " | ".join(cells) + f" | {r['scorer_trained_on_source']:.2f} | "
-                     + ", ".join(f"{k} {u}" for k, u in r["updates"].items()) + " |")
+        lines.append(
+            f"| {v} | "
+            + " | ".join(cells)
+            + f" | {r['scorer_trained_on_source']:.2f} | "
+            + ", ".join(f"{k} {u}" for k, u in r["updates"].items())
+            + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
-def feedback(run: Path, config: dict, bank: list[dict], folds: dict[str, int], variant: str,
-             epochs: int) -> tuple[list[dict], dict[str, int]]:
+def feedback(
+    run: Path, config: dict, bank: list[dict], folds: dict[str, int], variant: str, epochs: int
+) -> tuple[list[dict], dict[str, int]]:
     """Train the variant's feedback solvers on the bank, then score it: audit-style rows and updates per solver.
 
     `folds` are the run's source folds (folds.json); a source missing there gets the rule's fold.
@@ -181,8 +224,19 @@ def feedback(run: Path, config: dict, bank: list[dict], folds: dict[str, int], v
     for name in names:
         mine = [t for t in tasks if crossfit.scorer(fold[t.id], budget != "none", control) == name]
         for t, samples in zip(mine, answers(name, mine, 0, f"replay-score-{name}") if mine else []):
-            rows[t.id] = {"step": 0, "round": 0, "phase": "replay", "task_id": t.id, "source_id": t.source_id, "source": t.contents,
-                          "draft_question": questions[t.id], "adopted_label": labels[t.id], "admitted": True, "fold": fold[t.id],
-                          "scorer": name, "scorer_provenance": provenance.of(name, t.source_id),
-                          "solver_responses": [{"prediction": s.prediction, "turns": s.turns} for s in samples]}
+            rows[t.id] = {
+                "step": 0,
+                "round": 0,
+                "phase": "replay",
+                "task_id": t.id,
+                "source_id": t.source_id,
+                "source": t.contents,
+                "draft_question": questions[t.id],
+                "adopted_label": labels[t.id],
+                "admitted": True,
+                "fold": fold[t.id],
+                "scorer": name,
+                "scorer_provenance": provenance.of(name, t.source_id),
+                "solver_responses": [{"prediction": s.prediction, "turns": s.turns} for s in samples],
+            }
     return [rows[t.id] for t in tasks], updates

@@ -50,36 +50,79 @@ def rate_tables(records: list[dict]) -> tuple[str, str, str]:
     """(markdown, per-round csv, per-step csv)."""
     names = labels(records)
     judges = sorted({r["judge"]["identity"] for r in records})
-    md = ["# Co-cheating audit", "", f"Judge: {', '.join(judges)}. Rates over resolved (label, response) pairs; a round is the mean "
-          "of its step rates. F = response matches the label and both are wrong; L = response right, label wrong.", "",
-          "| treatment | round | steps | " + " | ".join(_COLUMNS) + " |", "|---|---:|---:|" + "---:|" * len(_COLUMNS)]
+    md = [
+        "# Co-cheating audit",
+        "",
+        f"Judge: {', '.join(judges)}. Rates over resolved (label, response) pairs; a round is the mean "
+        "of its step rates. F = response matches the label and both are wrong; L = response right, label wrong.",
+        "",
+        "| treatment | round | steps | " + " | ".join(_COLUMNS) + " |",
+        "|---|---:|---:|" + "---:|" * len(_COLUMNS),
+    ]
     rounds, steps = [], []
     for name, r in zip(names, records):
         for row in r["rounds"]:
-            md.append(f"| {name} | {row['round']} | {row['steps_with_pairs']}/{row['steps']} | " +
-                      " | ".join(_num(row[c]) for c in _COLUMNS) + " |")
+            md.append(
+                f"| {name} | {row['round']} | {row['steps_with_pairs']}/{row['steps']} | "
+                + " | ".join(_num(row[c]) for c in _COLUMNS)
+                + " |"
+            )
             rounds.append([name, row["round"], row["steps"], row["steps_with_pairs"], *(row[c] for c in _COLUMNS)])
         for row in r["steps"]:
-            steps.append([name, row["step"], row["round"], row["phase"], row["questions"], row["pairs"], row["resolved_pairs"],
-                          *(row[c] for c in _COLUMNS)])
+            steps.append(
+                [
+                    name,
+                    row["step"],
+                    row["round"],
+                    row["phase"],
+                    row["questions"],
+                    row["pairs"],
+                    row["resolved_pairs"],
+                    *(row[c] for c in _COLUMNS),
+                ]
+            )
     md += ["", "steps: steps with at least one resolved pair / steps audited."]
-    md += _breakdown(records, names, "hops", "hops", "By hop count", "Over each run's judged questions; a multi-hop question "
-                     "is judged on its source and the proposer's retrieved passages.")
-    md += _breakdown(records, names, "labels", "label_from", "By label provenance",
-                     "Over each run's judged questions, by the model whose answer became the label and whether it had trained "
-                     "on the question's source.")
-    return ("\n".join(md) + "\n", _csv(["treatment", "round", "steps", "steps_with_pairs", *_COLUMNS], rounds),
-            _csv(["treatment", "step", "round", "phase", "questions", "pairs", "resolved_pairs", *_COLUMNS], steps))
+    md += _breakdown(
+        records,
+        names,
+        "hops",
+        "hops",
+        "By hop count",
+        "Over each run's judged questions; a multi-hop question is judged on its source and the proposer's retrieved passages.",
+    )
+    md += _breakdown(
+        records,
+        names,
+        "labels",
+        "label_from",
+        "By label provenance",
+        "Over each run's judged questions, by the model whose answer became the label and whether it had trained on the question's source.",
+    )
+    return (
+        "\n".join(md) + "\n",
+        _csv(["treatment", "round", "steps", "steps_with_pairs", *_COLUMNS], rounds),
+        _csv(["treatment", "step", "round", "phase", "questions", "pairs", "resolved_pairs", *_COLUMNS], steps),
+    )
 
 
 def _breakdown(records: list[dict], names: list[str], key: str, by: str, title: str, note: str) -> list[str]:
     """A markdown section of each record's rates split by `by` (record[key] holds one row per value)."""
-    md = ["", f"## {title}", "", note, "",
-          f"| treatment | {by.replace('_', ' ')} | questions | resolved questions | " + " | ".join(_COLUMNS) + " |",
-          "|---|---|---:|---:|" + "---:|" * len(_COLUMNS)]
+    md = [
+        "",
+        f"## {title}",
+        "",
+        note,
+        "",
+        f"| treatment | {by.replace('_', ' ')} | questions | resolved questions | " + " | ".join(_COLUMNS) + " |",
+        "|---|---|---:|---:|" + "---:|" * len(_COLUMNS),
+    ]
     for name, r in zip(names, records):
-        md += [f"| {name} | {row[by]} | {row['questions']} | {row['resolved_questions']} | "
-               + " | ".join(_num(row[c]) for c in _COLUMNS) + " |" for row in r[key]]
+        md += [
+            f"| {name} | {row[by]} | {row['questions']} | {row['resolved_questions']} | "
+            + " | ".join(_num(row[c]) for c in _COLUMNS)
+            + " |"
+            for row in r[key]
+        ]
     return md
 
 
@@ -88,7 +131,6 @@ def plot_trajectory(records: list[dict], out: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
     from matplotlib.ticker import MaxNLocator
 
     steps = [s["step"] for r in records for s in r["steps"]]
@@ -98,16 +140,25 @@ def plot_trajectory(records: list[dict], out: Path) -> None:
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True, sharex=True)
     for ax, key in zip(axes.flat, _PANELS):
         for name, r in zip(labels(records), records):
-            line, = ax.plot([s["step"] for s in r["steps"]], [math.nan if s[key] is None else s[key] for s in r["steps"]],
-                            marker="o", markersize=3, label=name)
+            (line,) = ax.plot(
+                [s["step"] for s in r["steps"]],
+                [math.nan if s[key] is None else s[key] for s in r["steps"]],
+                marker="o",
+                markersize=3,
+                label=name,
+            )
             for row in r["rounds"]:
                 mine = [s["step"] for s in r["steps"] if s["round"] == row["round"]]
                 if row[key] is not None:
                     ax.hlines(row[key], min(mine) - 0.5, max(mine) + 0.5, colors=line.get_color(), linewidth=3, alpha=0.35)
         for step in boundaries:
             ax.axvline(step - 0.5, color="grey", linestyle=":")
-        ax.set_title({"A": "A: agreement with the label", "T_S": "T_S: solver correct", "T_P": "T_P: label correct",
-                      "F": "F: false-agreement mass"}[key], fontsize=10)
+        ax.set_title(
+            {"A": "A: agreement with the label", "T_S": "T_S: solver correct", "T_P": "T_P: label correct", "F": "F: false-agreement mass"}[
+                key
+            ],
+            fontsize=10,
+        )
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlim(min(steps) - 0.5, max(steps) + 0.5)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -124,13 +175,29 @@ def run_cost(run: Path, record: dict) -> dict:
     tokens = None if any("generated_tokens" not in r for r in rows) else sum(r["generated_tokens"] for r in rows)
     wall = sum(r["rollout_s"] + r["update_s"] for r in rows)
     devices = sorted({r.get("device", "unknown") for r in rows})
-    return {"label": record["label"], "run": record["run"], "steps": len(rows), **total,
-            "generations_per_candidate": total["generations"] / total["candidates"] if total["candidates"] else None,
-            "judge_requests": record["judge_requests"]["needed"], "generated_tokens": tokens, "wall_s": round(wall, 3),
-            "device": ", ".join(devices), "accelerator_hours": wall / 3600}  # one process: self-evolution refuses multi-process runs
+    return {
+        "label": record["label"],
+        "run": record["run"],
+        "steps": len(rows),
+        **total,
+        "generations_per_candidate": total["generations"] / total["candidates"] if total["candidates"] else None,
+        "judge_requests": record["judge_requests"]["needed"],
+        "generated_tokens": tokens,
+        "wall_s": round(wall, 3),
+        "device": ", ".join(devices),
+        "accelerator_hours": wall / 3600,
+    }  # one process: self-evolution refuses multi-process runs
 
 
-_RATIOS = ("generations", "generations_per_candidate", "msv_generations", "judge_requests", "generated_tokens", "wall_s", "accelerator_hours")
+_RATIOS = (
+    "generations",
+    "generations_per_candidate",
+    "msv_generations",
+    "judge_requests",
+    "generated_tokens",
+    "wall_s",
+    "accelerator_hours",
+)
 
 
 def cost_report(costs: list[dict], names: list[str]) -> tuple[str, dict]:
@@ -139,16 +206,23 @@ def cost_report(costs: list[dict], names: list[str]) -> tuple[str, dict]:
     base = base[0] if len(base) == 1 else None
     for c in costs:
         c["ratio_to_dr_zero"] = {k: _ratio(c, base, k) for k in _RATIOS}
-    md = ["# Cost per treatment", "",
-          "Ratios are to Dr. Zero, per source task." if base else "No single Dr. Zero run in this report, so no ratios.", "",
-          "| treatment | tasks | generations / candidate | MSV generations | judge requests | generated tokens | wall | accelerator-hours | device |",
-          "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    md = [
+        "# Cost per treatment",
+        "",
+        "Ratios are to Dr. Zero, per source task." if base else "No single Dr. Zero run in this report, so no ratios.",
+        "",
+        "| treatment | tasks | generations / candidate | MSV generations | judge requests | generated tokens | wall "
+        "| accelerator-hours | device |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for name, c in zip(names, costs):
         r = c["ratio_to_dr_zero"]
-        md.append(f"| {name} | {c['tasks']} | {_num(c['generations_per_candidate'], '.1f')}{_x(r['generations_per_candidate'])} | "
-                  f"{c['msv_generations']}{_x(r['msv_generations'])} | "
-                  f"{c['judge_requests']}{_x(r['judge_requests'])} | {_num(c['generated_tokens'], 'd')}{_x(r['generated_tokens'])} | "
-                  f"{c['wall_s'] / 60:.1f} min{_x(r['wall_s'])} | {c['accelerator_hours']:.4f}{_x(r['accelerator_hours'])} | {c['device']} |")
+        md.append(
+            f"| {name} | {c['tasks']} | {_num(c['generations_per_candidate'], '.1f')}{_x(r['generations_per_candidate'])} | "
+            f"{c['msv_generations']}{_x(r['msv_generations'])} | "
+            f"{c['judge_requests']}{_x(r['judge_requests'])} | {_num(c['generated_tokens'], 'd')}{_x(r['generated_tokens'])} | "
+            f"{c['wall_s'] / 60:.1f} min{_x(r['wall_s'])} | {c['accelerator_hours']:.4f}{_x(r['accelerator_hours'])} | {c['device']} |"
+        )
     return "\n".join(md) + "\n", {"costs": [{"treatment": n, **c} for n, c in zip(names, costs)]}
 
 

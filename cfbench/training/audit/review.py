@@ -30,16 +30,35 @@ TYPES = ("reference", "label", "response")
 def _verdicts(i: int, q: dict) -> list[dict]:
     ref = q["reference"]
     where = "the source" if ref.get("quote_from") in (None, 0) else f"retrieved passage P{ref['quote_from']}"
-    out = [{"id": f"q{i}-reference", "type": "reference", "judge": ref["status"] == "resolved",
-            "says": f"reference {ref['answer']!r}, quoting {where}: {ref['quote']!r}" if ref["status"] == "resolved"
-            else f"unresolved: {ref['reason']}"}]
+    out = [
+        {
+            "id": f"q{i}-reference",
+            "type": "reference",
+            "judge": ref["status"] == "resolved",
+            "says": f"reference {ref['answer']!r}, quoting {where}: {ref['quote']!r}"
+            if ref["status"] == "resolved"
+            else f"unresolved: {ref['reason']}",
+        }
+    ]
     if q["label"] is not None and q["label"]["correct"] is not None:
-        out.append({"id": f"q{i}-label", "type": "label", "judge": q["label"]["correct"],
-                    "says": f"label {q['adopted_label']!r} is {'correct' if q['label']['correct'] else 'wrong'} (by {q['label']['by']})"})
+        out.append(
+            {
+                "id": f"q{i}-label",
+                "type": "label",
+                "judge": q["label"]["correct"],
+                "says": f"label {q['adopted_label']!r} is {'correct' if q['label']['correct'] else 'wrong'} (by {q['label']['by']})",
+            }
+        )
     for j, x in enumerate(q["responses"]):
         if x["correct"] is not None and x["by"] != "label":  # a response matching the label has the label's verdict, not its own
-            out.append({"id": f"q{i}-r{j}", "type": "response", "judge": x["correct"],
-                        "says": f"response {x['prediction']!r} is {'correct' if x['correct'] else 'wrong'} (by {x['by']})"})
+            out.append(
+                {
+                    "id": f"q{i}-r{j}",
+                    "type": "response",
+                    "judge": x["correct"],
+                    "says": f"response {x['prediction']!r} is {'correct' if x['correct'] else 'wrong'} (by {x['by']})",
+                }
+            )
     return out
 
 
@@ -50,10 +69,21 @@ def sample(judged_dir: Path, n: int, seed: int) -> list[dict]:
     if not judged:
         raise CfbenchError(f"{judged_dir} holds no judged steps; run `cfbench audit RUN --judge SPEC` with the same judge first")
     chosen = sorted(random.Random(seed).sample(range(len(judged)), min(n, len(judged))))
-    return [{"id": f"q{i}", "step": judged[k]["step"], "task_id": judged[k]["task_id"], "hops": judged[k]["hops"],
-             "source": judged[k]["source"], "evidence": judged[k]["evidence"], "question": judged[k]["question"],
-             "label": judged[k]["adopted_label"], "responses": [x["prediction"] for x in judged[k]["responses"]],
-             "verdicts": _verdicts(i, judged[k])} for i, k in enumerate(chosen)]
+    return [
+        {
+            "id": f"q{i}",
+            "step": judged[k]["step"],
+            "task_id": judged[k]["task_id"],
+            "hops": judged[k]["hops"],
+            "source": judged[k]["source"],
+            "evidence": judged[k]["evidence"],
+            "question": judged[k]["question"],
+            "label": judged[k]["adopted_label"],
+            "responses": [x["prediction"] for x in judged[k]["responses"]],
+            "verdicts": _verdicts(i, judged[k]),
+        }
+        for i, k in enumerate(chosen)
+    ]
 
 
 def write_page(items: list[dict], meta: dict, out: Path) -> None:
@@ -76,8 +106,12 @@ def agreement(path: Path) -> dict:
         mine = [(judge, human) for t, judge, human in rows if t == kind]
         done = [(judge, judge if human == "right" else not judge) for judge, human in mine if human]
         right = sum(j == h for j, h in done)
-        out["types"][kind] = {"marked": len(done), "unmarked": len(mine) - len(done),
-                              "agreement": right / len(done) if done else None, "kappa": cohen_kappa(done)}
+        out["types"][kind] = {
+            "marked": len(done),
+            "unmarked": len(mine) - len(done),
+            "agreement": right / len(done) if done else None,
+            "kappa": cohen_kappa(done),
+        }
     return out
 
 
@@ -97,8 +131,12 @@ def cohen_kappa(pairs: list[tuple[bool, bool]]) -> float | None:
 
 
 def table(report: dict) -> str:
-    lines = [f"Judge-human agreement: judge {report['judge']}, run {report['run']}", "",
-             "| verdict | marked | unmarked | agreement | Cohen's kappa |", "|---|---:|---:|---:|---:|"]
+    lines = [
+        f"Judge-human agreement: judge {report['judge']}, run {report['run']}",
+        "",
+        "| verdict | marked | unmarked | agreement | Cohen's kappa |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for kind, r in report["types"].items():
         cells = ["-" if r[k] is None else f"{r[k]:.3f}" for k in ("agreement", "kappa")]
         lines.append(f"| {kind} | {r['marked']} | {r['unmarked']} | {cells[0]} | {cells[1]} |")

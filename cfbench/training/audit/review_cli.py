@@ -19,8 +19,10 @@ class AuditGroup(click.Group):
     """
 
     def __init__(self, default: click.Command, **kwargs) -> None:
-        help_text = (f"{inspect.cleandoc(default.help)}\n\nSubcommands review and agreement check the judge against a person; "
-                     f"the audit's own options: cfbench audit RUN --help.")
+        help_text = (
+            f"{inspect.cleandoc(default.help)}\n\nSubcommands review and agreement check the judge against a person; "
+            f"the audit's own options: cfbench audit RUN --help."
+        )
         super().__init__(name=default.name, help=help_text, context_settings={"ignore_unknown_options": True}, **kwargs)
         self.default = default
 
@@ -33,11 +35,16 @@ class AuditGroup(click.Group):
 @click.command("review")
 @click.argument("run", type=_RUN)
 @click.option("--sample", "n", type=click.IntRange(min=1), required=True, help="Judged questions to review (all when fewer).")
-@click.option("--judge", "spec", default="reference", show_default=True, 
-              help="The judge whose verdicts to review (as given to cfbench audit).")
+@click.option(
+    "--judge", "spec", default="reference", show_default=True, help="The judge whose verdicts to review (as given to cfbench audit)."
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="The page to write [default: RUN/judged/JUDGE/review.html].")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The page to write [default: RUN/judged/JUDGE/review.html].",
+)
 def review_cmd(run, n, spec, seed, out) -> None:
     """Write a static page (opens from disk) where a person marks the judge's verdicts on N sampled questions right or wrong."""
     from cfbench.training.audit.judge import slug

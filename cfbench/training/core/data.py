@@ -45,10 +45,7 @@ def load_train_set(spec: str, sources: Sequence[str] | None = None) -> list[Trai
     elif Path(spec).is_file():
         questions = _from_file(Path(spec), jsonl.read_bytes(Path(spec)))
     else:
-        raise CfbenchError(
-            f"unknown training set {spec!r}: not a bundled set ({', '.join(bundled)}), no such file, "
-            f"and not {HUB}REPO_ID"
-        )
+        raise CfbenchError(f"unknown training set {spec!r}: not a bundled set ({', '.join(bundled)}), no such file, and not {HUB}REPO_ID")
     return _select(questions, sources, spec)
 
 
@@ -83,7 +80,9 @@ def _hub_rows(repo_id: str) -> Iterator[tuple[str, dict]]:
     try:
         root = Path(snapshot_download(repo_id, repo_type="dataset", allow_patterns=["*train*.parquet"]))
     except Exception as err:  # the hub client raises many types; all mean "could not get it"
-        raise CfbenchError(f"{HUB}{repo_id}: download failed ({type(err).__name__}: {err}); check the dataset id and network access") from None
+        raise CfbenchError(
+            f"{HUB}{repo_id}: download failed ({type(err).__name__}: {err}); check the dataset id and network access"
+        ) from None
     files = sorted(p for p in root.rglob("*.parquet") if "train" in p.relative_to(root).as_posix())
     if not files:
         raise CfbenchError(f"{HUB}{repo_id}: the dataset has no parquet file with 'train' in its path")

@@ -67,8 +67,9 @@ def update(role: Learner, accelerator, episodes: list[Episode], config: dict, pa
         chunk = episodes[first : first + config["micro_batch"]]
         ids, attention, trained = collate(chunk, pad_id)
         logprobs = token_logprobs(model, ids.to(accelerator.device), attention.to(accelerator.device))
-        loss = policy_loss(logprobs, trained.to(accelerator.device), advantages[first : first + len(chunk)].to(accelerator.device),
-                           episodes=len(episodes))
+        loss = policy_loss(
+            logprobs, trained.to(accelerator.device), advantages[first : first + len(chunk)].to(accelerator.device), episodes=len(episodes)
+        )
         accelerator.backward(loss)
         total += loss.item()
     grad_norm = accelerator.clip_grad_norm_(model.parameters(), config["max_grad_norm"])
@@ -115,8 +116,10 @@ def check_space(accelerator, roles: dict[str, Learner], out: Path) -> None:
     need = sum(3 * p.numel() * p.element_size() for role in roles.values() for p in role.model.parameters()) + (16 << 20) * len(roles)
     [free] = broadcast_object_list([shutil.disk_usage(out).free if accelerator.is_main_process else None])
     if free < need:
-        raise CfbenchError(f"a checkpoint of this run needs about {need / 1e9:.2f} GB at {out} and {free / 1e9:.2f} GB are free; "
-                           "free some space, then run again (--resume continues from the last checkpoint, which is intact)")
+        raise CfbenchError(
+            f"a checkpoint of this run needs about {need / 1e9:.2f} GB at {out} and {free / 1e9:.2f} GB are free; "
+            "free some space, then run again (--resume continues from the last checkpoint, which is intact)"
+        )
 
 
 def save(accelerator, roles: dict[str, Learner], tokenizer, out: Path, step: int, record: dict) -> Path:

@@ -78,9 +78,18 @@ def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
     return -torch.minimum(ratio * a, ratio.clamp(1 - clip_eps, 1 + clip_eps) * a)
 
 
-def recipe_loss(logprobs: torch.Tensor, trained: torch.Tensor, advantages: torch.Tensor, *, episodes: int | None = None,
-                old_logprobs: torch.Tensor | None = None, clip_eps: float = 0.2,
-                ref_logprobs: torch.Tensor | None = None, kl_type: str = "low_var_kl", kl_coef: float = 0.0) -> torch.Tensor:
+def recipe_loss(
+    logprobs: torch.Tensor,
+    trained: torch.Tensor,
+    advantages: torch.Tensor,
+    *,
+    episodes: int | None = None,
+    old_logprobs: torch.Tensor | None = None,
+    clip_eps: float = 0.2,
+    ref_logprobs: torch.Tensor | None = None,
+    kl_type: str = "low_var_kl",
+    kl_coef: float = 0.0,
+) -> torch.Tensor:
     """policy_loss plus the optional recipe terms, aggregated the same way (token mean per episode, sum / |E|).
 
     old_logprobs given: the policy term is the clipped surrogate (N updates per batch, each micro-batch

@@ -6,11 +6,22 @@ import json
 import math
 from pathlib import Path
 
-SEARCH_R1_PANELS = (("reward", "mean reward"), ("loss", "loss"), ("response_tokens", "response tokens"),
-                    ("searches_per_rollout", "searches per rollout"), ("well_formed", "well-formed share"), ("wall", "seconds per step"))
-SELF_EVOLUTION_PANELS = (("proposer_reward", "proposer reward"), ("agreement", "agreement with adopted label (A)"),
-                         ("admitted", "admitted questions"), ("loss", "loss of the updated role"),
-                         ("response_tokens", "proposer response tokens"), ("wall", "seconds per step"))
+SEARCH_R1_PANELS = (
+    ("reward", "mean reward"),
+    ("loss", "loss"),
+    ("response_tokens", "response tokens"),
+    ("searches_per_rollout", "searches per rollout"),
+    ("well_formed", "well-formed share"),
+    ("wall", "seconds per step"),
+)
+SELF_EVOLUTION_PANELS = (
+    ("proposer_reward", "proposer reward"),
+    ("agreement", "agreement with adopted label (A)"),
+    ("admitted", "admitted questions"),
+    ("loss", "loss of the updated role"),
+    ("response_tokens", "proposer response tokens"),
+    ("wall", "seconds per step"),
+)
 
 
 def plot_curves(metrics: Path, out: Path, panels=SEARCH_R1_PANELS) -> None:

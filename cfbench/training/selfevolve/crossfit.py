@@ -66,8 +66,11 @@ class Provenance:
 
     def of(self, name: str, source_id: str) -> dict:
         """What `name` had trained on when it scores a question from `source_id`."""
-        return {"trained_on_folds": sorted(self.folds[name]), "trained_on_this_source": source_id in self.sources[name],
-                "sources_trained_on": len(self.sources[name])}
+        return {
+            "trained_on_folds": sorted(self.folds[name]),
+            "trained_on_this_source": source_id in self.sources[name],
+            "sources_trained_on": len(self.sources[name]),
+        }
 
     def to_json(self) -> dict:
         return {n: {"folds": sorted(self.folds[n]), "sources": sorted(self.sources[n])} for n in self.folds}

@@ -41,7 +41,8 @@ _PLANS = {
 def prompt(task: Task) -> str:
     plan = _PLANS.get(task.hops) or (
         f"Search {task.hops - 1} times, each time following something the source or your last result mentions, "
-        f"then ask a {task.hops}-hop question that needs the source and every result.")
+        f"then ask a {task.hops}-hop question that needs the source and every result."
+    )
     title, _, text = task.contents.partition("\n")
     return PROMPT.format(plan=plan, document=f"(Title: {title}) {text}")
 

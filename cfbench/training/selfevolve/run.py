@@ -44,13 +44,23 @@ from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import write_jsonl
 from cfbench.harness.protocol import Knobs, user_prompt
 from cfbench.harness.suite import Question
-from cfbench.training.selfevolve import crossfit, msv, proposer
 from cfbench.training.core.answers import MATCHER, matches
 from cfbench.training.core.episodes import encode_episode
-from cfbench.training.core.learner import (TRAIN_RECORD, append_row, check_space, keep_rows_before, learner, restore, resume_from, sampler,
-                              save, update)
+from cfbench.training.core.learner import (
+    TRAIN_RECORD,
+    append_row,
+    check_space,
+    keep_rows_before,
+    learner,
+    restore,
+    resume_from,
+    sampler,
+    save,
+    update,
+)
 from cfbench.training.core.plots import SELF_EVOLUTION_PANELS, plot_curves
 from cfbench.training.core.rewards import reward
+from cfbench.training.selfevolve import crossfit, msv, proposer
 from cfbench.training.selfevolve.sources import Task, corpus_path, pool_folds, source_pool, tasks_for_step
 
 ProposerEngine = Callable[[int], Backend]  # step -> engine; only tests replace the proposer's own sampler
@@ -62,8 +72,15 @@ def schedule(config: dict, step: int) -> tuple[int, str, int]:
     return (r + 1, "proposer", i) if i < config["proposer_steps"] else (r + 1, "solver", i - config["proposer_steps"])
 
 
-def self_evolve(config: dict, out: Path, start: int, resume: bool, accelerator, on_step: Callable[[dict], None],
-                proposer_engine: ProposerEngine | None = None) -> Path:
+def self_evolve(
+    config: dict,
+    out: Path,
+    start: int,
+    resume: bool,
+    accelerator,
+    on_step: Callable[[dict], None],
+    proposer_engine: ProposerEngine | None = None,
+) -> Path:
     if accelerator.num_processes > 1:
         raise CfbenchError("the self-evolution treatments run in one process: launch them without accelerate's multi-process mode")
     from transformers import AutoTokenizer
@@ -79,8 +96,10 @@ def self_evolve(config: dict, out: Path, start: int, resume: bool, accelerator, 
     tokenizer = AutoTokenizer.from_pretrained(ckpt.location)
     tokens = PromptTokens(tokenizer)
     solver_names = crossfit.solvers(config["crossfit"], config["control"])
-    roles = {name: learner(config, resume_from(out, start, ckpt, "" if name == "main" else name), accelerator)
-             for name in ["main", "proposer", *solver_names[1:]]}
+    roles = {
+        name: learner(config, resume_from(out, start, ckpt, "" if name == "main" else name), accelerator)
+        for name in ["main", "proposer", *solver_names[1:]]
+    }
     check_space(accelerator, roles, out)
     provenance = crossfit.Provenance([*solver_names, "proposer"])  # the proposer's too: it writes the labels of Dr. Zero and CrossFit
     if start:
@@ -99,25 +118,38 @@ def self_evolve(config: dict, out: Path, start: int, resume: bool, accelerator, 
     for step in range(start + 1, config["steps"] + 1):
         began = time.time()
         engines = {name: sampler(accelerator, roles[name], tokens, ckpt, config, step, name) for name in solver_names}
-        engines["proposer"] = (proposer_engine or (lambda s: sampler(accelerator, roles["proposer"], tokens, ckpt, config, s, "proposer")))(step)
-        state = loop.rollouts(step, tasks_for_step(corpus, pool, step, config["prompts_per_step"], config["seed"], config["hop_weights"]),
-                              folds, engines)
+        engines["proposer"] = (proposer_engine or (lambda s: sampler(accelerator, roles["proposer"], tokens, ckpt, config, s, "proposer")))(
+            step
+        )
+        state = loop.rollouts(
+            step, tasks_for_step(corpus, pool, step, config["prompts_per_step"], config["seed"], config["hop_weights"]), folds, engines
+        )
         rolled = time.time()
-        losses = loop.updates(state, engines, lambda name, episodes: update(roles[name], accelerator, episodes, config, tokenizer.pad_token_id or 0)[0])
+        losses = loop.updates(
+            state, engines, lambda name, episodes: update(roles[name], accelerator, episodes, config, tokenizer.pad_token_id or 0)[0]
+        )
         updated = time.time()
         write_jsonl(out / "audit" / f"step-{step}.jsonl", state.audit_rows())
         row = state.metrics(losses, rolled - began, updated - rolled, device)
         append_row(out / "metrics.jsonl", row)
         if step % config["save_every"] == 0 or step == config["steps"]:
             named = {("" if name == "main" else name): role for name, role in roles.items()}
-            last = save(accelerator, named, tokenizer, out, step,
-                        {"config": config, "provenance": provenance.to_json(), "corpus_sha256": corpus.sha256, "matcher": MATCHER})
+            last = save(
+                accelerator,
+                named,
+                tokenizer,
+                out,
+                step,
+                {"config": config, "provenance": provenance.to_json(), "corpus_sha256": corpus.sha256, "matcher": MATCHER},
+            )
             plot_curves(out / "metrics.jsonl", out / "curves.png", SELF_EVOLUTION_PANELS)
         on_step(row)
     return last
 
 
-def solver_answers(items: list[tuple[str, str, str]], engine: Backend, retriever, knobs: Knobs, m: int, name: str) -> list[list[Trajectory]]:
+def solver_answers(
+    items: list[tuple[str, str, str]], engine: Backend, retriever, knobs: Knobs, m: int, name: str
+) -> list[list[Trajectory]]:
     """`m` sampled protocol-v1 answers of each (task id, question, adopted label) by solver `name`."""
     asked = [Question(f"{tid}#{name}#{j}", "self-evolution", question, (label,)) for tid, question, label in items for j in range(m)]
     trajs = run_batch(asked, engine, retriever, knobs)
@@ -127,8 +159,11 @@ def solver_answers(items: list[tuple[str, str, str]], engine: Backend, retriever
 def solver_episodes(tokens: PromptTokens, config: dict, groups: list[tuple[list[Trajectory], str]]) -> list:
     """GRPO episodes of a solver's answers, one group per question, rewarded by matching its adopted label."""
     kind, weights = config["reward"]["kind"], {k: v for k, v in config["reward"].items() if k != "kind"}
-    return [encode_episode(tokens, tr.prompt, tr.turns, reward(kind, tr.prediction, [label], tr.turns, **weights), group)
-            for group, (trajs, label) in enumerate(groups) for tr in trajs]
+    return [
+        encode_episode(tokens, tr.prompt, tr.turns, reward(kind, tr.prediction, [label], tr.turns, **weights), group)
+        for group, (trajs, label) in enumerate(groups)
+        for tr in trajs
+    ]
 
 
 def _mean(xs: list) -> float | None:
@@ -165,36 +200,66 @@ class _Step:
         rows = []
         for t in self.tasks:
             p, v = self.proposals[t.id], self.verdicts.get(t.id)
-            rows.append({
-                "step": self.step, "round": self.round, "phase": self.phase, "task_id": t.id, "source_id": t.source_id,
-                "source": t.contents, "hops": t.hops, "fold": self.folds[t.id], "proposer_turns": self.drafts[t.id].turns,
-                "evidence": [{"turn": n, "id": d, "contents": self.texts[d]} for n, turn in enumerate(self.drafts[t.id].turns, start=1)
-                             for d in turn["doc_ids"]],
-                "draft_question": p.question, "draft_label": p.answer, "format": self.formats[t.id], "parse_error": p.error,
-                "msv": None if v is None else {"aware": v.aware, "blind": v.blind, "aware_majority": v.aware_majority,
-                                                 "blind_majority": v.blind_majority},
-                "admitted": t.id in self.labels, "adopted_label": self.labels.get(t.id),
-                "scorer": self.scorers.get(t.id), "scorer_provenance": self.scorer_provenance.get(t.id),
-                "label_provenance": self.label_provenance.get(t.id),
-                "solver_responses": [{"prediction": r.prediction, "turns": r.turns} for r in self.responses.get(t.id, [])],
-                "k": self.k.get(t.id), "proposer_reward": self.rewards[t.id],
-            })
+            rows.append(
+                {
+                    "step": self.step,
+                    "round": self.round,
+                    "phase": self.phase,
+                    "task_id": t.id,
+                    "source_id": t.source_id,
+                    "source": t.contents,
+                    "hops": t.hops,
+                    "fold": self.folds[t.id],
+                    "proposer_turns": self.drafts[t.id].turns,
+                    "evidence": [
+                        {"turn": n, "id": d, "contents": self.texts[d]}
+                        for n, turn in enumerate(self.drafts[t.id].turns, start=1)
+                        for d in turn["doc_ids"]
+                    ],
+                    "draft_question": p.question,
+                    "draft_label": p.answer,
+                    "format": self.formats[t.id],
+                    "parse_error": p.error,
+                    "msv": None
+                    if v is None
+                    else {"aware": v.aware, "blind": v.blind, "aware_majority": v.aware_majority, "blind_majority": v.blind_majority},
+                    "admitted": t.id in self.labels,
+                    "adopted_label": self.labels.get(t.id),
+                    "scorer": self.scorers.get(t.id),
+                    "scorer_provenance": self.scorer_provenance.get(t.id),
+                    "label_provenance": self.label_provenance.get(t.id),
+                    "solver_responses": [{"prediction": r.prediction, "turns": r.turns} for r in self.responses.get(t.id, [])],
+                    "k": self.k.get(t.id),
+                    "proposer_reward": self.rewards[t.id],
+                }
+            )
         return rows
 
     def metrics(self, losses: dict[str, float], rollout_s: float, update_s: float, device: str) -> dict:
         n, admitted = len(self.tasks), self.admitted
         candidates = sum(not p.error for p in self.proposals.values())
         return {
-            "step": self.step, "round": self.round, "phase": self.phase, "tasks": n,
-            "format": _mean(list(self.formats.values())), "candidates": candidates, "admitted": len(admitted),
-            "rejected": candidates - len(admitted), "msv_generations": 6 * len(self.verdicts), "generations": self.generations,
+            "step": self.step,
+            "round": self.round,
+            "phase": self.phase,
+            "tasks": n,
+            "format": _mean(list(self.formats.values())),
+            "candidates": candidates,
+            "admitted": len(admitted),
+            "rejected": candidates - len(admitted),
+            "msv_generations": 6 * len(self.verdicts),
+            "generations": self.generations,
             "generated_tokens": self.generated_tokens,
             "agreement": _mean([self.k[t.id] / len(self.responses[t.id]) for t in admitted]),
-            "proposer_reward": _mean(list(self.rewards.values())), "solver_reward": _mean(self.solver_rewards),
-            "losses": losses, "loss": losses.get("proposer" if self.phase == "proposer" else "main"),
+            "proposer_reward": _mean(list(self.rewards.values())),
+            "solver_reward": _mean(self.solver_rewards),
+            "losses": losses,
+            "loss": losses.get("proposer" if self.phase == "proposer" else "main"),
             "response_tokens": _mean(self.response_tokens),
             "searches_per_rollout": _mean([sum(x["action"] == "search" for x in d.turns) for d in self.drafts.values()]),
-            "rollout_s": round(rollout_s, 3), "update_s": round(update_s, 3), "device": device,
+            "rollout_s": round(rollout_s, 3),
+            "update_s": round(update_s, 3),
+            "device": device,
         }
 
 
@@ -211,8 +276,13 @@ class _Loop:
         for hops in sorted({t.hops for t in tasks}):  # the proposer's search budget is its task's n-1
             group = [t for t in tasks if t.hops == hops]
             budget = Knobs(**{**c["knobs"], "max_searches": hops - 1})
-            trajs = run_batch([Question(t.id, "proposer", "", ()) for t in group], engines["proposer"], self.retriever, budget,
-                              user_prompts=[proposer.prompt(t) for t in group])
+            trajs = run_batch(
+                [Question(t.id, "proposer", "", ()) for t in group],
+                engines["proposer"],
+                self.retriever,
+                budget,
+                user_prompts=[proposer.prompt(t) for t in group],
+            )
             s.drafts.update((t.id, tr) for t, tr in zip(group, trajs, strict=True))
         s.response_tokens = [self._spent(s, [s.drafts[t.id]]) for t in tasks]
         for t in tasks:
@@ -227,8 +297,10 @@ class _Loop:
         by_scorer: dict[str, list[Task]] = {}
         labeller = "main" if c["msv"] else "proposer"  # MSV adopts the main solver's source-aware majority
         for t in s.admitted:
-            s.label_provenance[t.id] = {"model": labeller,
-                                        "trained_on_this_source": self.provenance.of(labeller, t.source_id)["trained_on_this_source"]}
+            s.label_provenance[t.id] = {
+                "model": labeller,
+                "trained_on_this_source": self.provenance.of(labeller, t.source_id)["trained_on_this_source"],
+            }
             s.scorers[t.id] = crossfit.scorer(s.folds[t.id], c["crossfit"], c["control"])
             s.scorer_provenance[t.id] = self.provenance.of(s.scorers[t.id], t.source_id)
             by_scorer.setdefault(s.scorers[t.id], []).append(t)
@@ -243,8 +315,11 @@ class _Loop:
 
     def _verify(self, s: _Step, candidates: list[Task], engine: Backend) -> None:
         questions = [s.proposals[t.id].question for t in candidates]
-        users = [p for t, q in zip(candidates, questions) for p in
-                 [msv.source_aware_prompt(q, t.contents)] * msv.SAMPLES + [user_prompt(q)] * msv.SAMPLES]
+        users = [
+            p
+            for t, q in zip(candidates, questions)
+            for p in [msv.source_aware_prompt(q, t.contents)] * msv.SAMPLES + [user_prompt(q)] * msv.SAMPLES
+        ]
         asked = [Question(f"{t.id}#msv{j}", "msv", q, ()) for t, q in zip(candidates, questions) for j in range(2 * msv.SAMPLES)]
         trajs = run_batch(asked, engine, self.retriever, self.knobs, user_prompts=users)
         self._spent(s, trajs)
@@ -256,8 +331,9 @@ class _Loop:
                 s.labels[t.id] = v.label
 
     def _answers(self, s: _Step, tasks: list[Task], engine: Backend, name: str) -> dict[str, list[Trajectory]]:
-        answers = solver_answers([(t.id, s.proposals[t.id].question, s.labels[t.id]) for t in tasks], engine, self.retriever,
-                                 self.knobs, self.m, name)
+        answers = solver_answers(
+            [(t.id, s.proposals[t.id].question, s.labels[t.id]) for t in tasks], engine, self.retriever, self.knobs, self.m, name
+        )
         self._spent(s, [tr for trs in answers for tr in trs])
         return {t.id: trs for t, trs in zip(tasks, answers)}
 

@@ -29,8 +29,8 @@ from pathlib import Path
 from cfbench.harness import jsonl
 from cfbench.harness.corpus import Corpus
 from cfbench.harness.errors import CfbenchError
-from cfbench.harness.paths import BUNDLED_CORPUS, MANIFEST, TRAIN_SOURCES
 from cfbench.harness.metrics import normalize
+from cfbench.harness.paths import BUNDLED_CORPUS, MANIFEST, TRAIN_SOURCES
 from cfbench.harness.runrecord import dumps, write_atomic
 
 HOPS = (1, 2, 3, 4)
@@ -56,8 +56,10 @@ def refuse_eval_corpus(config: dict) -> None:
     path = corpus_path(config)
     evaluation = json.loads(MANIFEST.read_text())["corpus"]["bundled"]["sha256"]
     if path.is_file() and jsonl.sha256(jsonl.read_bytes(path)) == evaluation:
-        raise CfbenchError(f"self-evolution sources {config['corpus']!r} are the evaluation corpus: the solver would train on questions "
-                           "about the test evidence; use the default train-sources corpus, or pass --allow-eval-corpus to study the leak")
+        raise CfbenchError(
+            f"self-evolution sources {config['corpus']!r} are the evaluation corpus: the solver would train on questions "
+            "about the test evidence; use the default train-sources corpus, or pass --allow-eval-corpus to study the leak"
+        )
 
 
 @dataclass(frozen=True)
@@ -141,12 +143,25 @@ def pool_folds(corpus: Corpus, pool: list[int], out: Path, resume: bool, tasks_p
     if resume and path.is_file():
         stored = json.loads(path.read_text())
         if stored.get("corpus_sha256") != corpus.sha256:
-            raise CfbenchError(f"--resume: {path} was made for corpus {stored.get('corpus_sha256')}, not {corpus.sha256}; resume with the run's own corpus")
+            raise CfbenchError(
+                f"--resume: {path} was made for corpus {stored.get('corpus_sha256')}, not {corpus.sha256}; resume with the run's own corpus"
+            )
         return {k: int(v) for k, v in stored["folds"].items()}
     groups = connected_groups(corpus, pool)
     folds = {sid: fold_of(key) for sid, key in groups.items()}
-    write_atomic(path, dumps({"rule": FOLD_RULE, "corpus_sha256": corpus.sha256, "near_duplicate": {
-        "shingle_words": SHINGLE_WORDS, "jaccard_at_least": NEAR_DUPLICATE}, "pool": [corpus.ids[i] for i in pool],
-        "proposals_per_source": per_round(pool, tasks_per_round), "groups": {s: k for s, k in groups.items() if k != s},
-        "folds": folds}) + "\n")
+    write_atomic(
+        path,
+        dumps(
+            {
+                "rule": FOLD_RULE,
+                "corpus_sha256": corpus.sha256,
+                "near_duplicate": {"shingle_words": SHINGLE_WORDS, "jaccard_at_least": NEAR_DUPLICATE},
+                "pool": [corpus.ids[i] for i in pool],
+                "proposals_per_source": per_round(pool, tasks_per_round),
+                "groups": {s: k for s, k in groups.items() if k != s},
+                "folds": folds,
+            }
+        )
+        + "\n",
+    )
     return folds
