@@ -231,6 +231,7 @@ def feedback(
                 "task_id": t.id,
                 "source_id": t.source_id,
                 "source": t.contents,
+                "hops": t.hops,
                 "draft_question": questions[t.id],
                 "adopted_label": labels[t.id],
                 "admitted": True,
