@@ -24,6 +24,12 @@ def metrics(run) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
+def two_step_config() -> dict:
+    """Two cpu-smoke Search-R1 steps from the raw base: its five samples differ in format credit, so step 1's group has a
+    non-zero advantage and must move the weights (the warm-started default often gives five equal rewards)."""
+    return load_config("search-r1", "cpu-smoke", 2, 1) | {"model": "smollm2-135m"}
+
+
 @pytest.fixture(scope="module")
 def two_steps(tmp_path_factory, request):
     """Two saved steps, and beside them a copy of the run as it stood after step 1 (what a crash there leaves).
@@ -40,7 +46,7 @@ def two_steps(tmp_path_factory, request):
         if row["step"] == 1:
             shutil.copytree(out, root / "after-step-1")
 
-    train(load_config("search-r1", "cpu-smoke", 2, 1), out, on_step=snapshot)
+    train(two_step_config(), out, on_step=snapshot)
     failed = request.session.testsfailed
     yield out
     if request.session.testsfailed == failed:
@@ -53,12 +59,12 @@ def test_a_step_changes_the_weights_and_records_everything(two_steps):
     assert [r["step"] for r in rows] == [1, 2]
     assert rows[0]["loss"] != 0 and rows[0]["grad_norm"] > 0  # step 1's group had unequal rewards
     assert all(r["rollout_s"] > 0 and r["update_s"] > 0 and r["response_tokens"] > 0 for r in rows)
-    base = load_file(resolve(load_config("search-r1", "cpu-smoke")["model"]).location + "/model.safetensors")
+    base = load_file(resolve(two_step_config()["model"]).location + "/model.safetensors")
     trained = load_file(two_steps / "checkpoint-1" / "model.safetensors")
     changed = [k for k in trained if not (trained[k] == base[k]).all()]
     assert len(changed) > 10
     record = json.loads((two_steps / "checkpoint-2" / "cfbench_train.json").read_text())
-    assert record["step"] == 2 and record["config"] == load_config("search-r1", "cpu-smoke", 2, 1)
+    assert record["step"] == 2 and record["config"] == two_step_config()
     rollouts = [json.loads(line) for line in (two_steps / "rollouts" / "step-1.jsonl").read_text().splitlines()]
     assert len(rollouts) == 5 and len({r["turns"][0]["generated"] for r in rollouts}) == 5  # sampled, not greedy
     assert (two_steps / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -77,7 +83,7 @@ def test_resume_gives_the_uninterrupted_next_step(two_steps, tmp_path):
     assert sorted(p.name for p in cut.glob("checkpoint-*")) == ["checkpoint-1"] and (cut / "checkpoint-1" / "state").is_dir()
     with (cut / "metrics.jsonl").open("a") as fh:  # a crash after logging step 2 but before its checkpoint
         fh.write(json.dumps({"step": 2, "loss": 123.0}) + "\n")
-    train(load_config("search-r1", "cpu-smoke", 2, 1), cut, resume=True)
+    train(two_step_config(), cut, resume=True)
     resumed, uninterrupted = metrics(cut), metrics(two_steps)
     assert [r["step"] for r in resumed] == [1, 2]
     assert resumed[1]["loss"] == pytest.approx(uninterrupted[1]["loss"], abs=1e-6)
