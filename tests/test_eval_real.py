@@ -74,12 +74,19 @@ def test_two_runs_are_byte_identical(tmp_path, smollm2, bm25, small_suite):
     assert first["model"]["engine"] == "hf"
 
 
+def _default_sigint() -> None:
+    # A job started in the background by a non-interactive shell inherits SIGINT ignored, and Python keeps an
+    # ignored SIGINT ignored: give the child Ctrl-C's default so the SIGINT case tests cfbench, not the launcher.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def cli(*args, **kw):
     return subprocess.Popen(
         [sys.executable, "-m", "cfbench.cli", "eval", "--ckpt", "smollm2-135m", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_sigint,
         **kw,
     )
 
