@@ -1,7 +1,8 @@
 """Run directories written directly, for tests of the leaderboard machinery (not of any model).
 
-The per-question scores are synthetic: each benchmark gets a fixed share of correct answers, drawn
-with a seeded generator, and results.json is computed from them exactly as `cfbench eval` does.
+The predictions are synthetic: each benchmark gets a fixed share of covered answers ("x", or "x y"
+which covers the gold "x" without matching it exactly), drawn with a seeded generator; scores and
+results.json are computed from them exactly as `cfbench eval` does.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cfbench.harness.metrics import BENCHMARKS, METRIC_VERSION, aggregate
+from cfbench.harness.metrics import BENCHMARKS, METRIC_VERSION, aggregate, score
 from cfbench.harness.protocol import PROTOCOL_VERSION, Knobs
 from cfbench.harness.runrecord import CONFIG, RESULTS, TRAJECTORIES, dumps
 
@@ -49,14 +50,7 @@ def write_run(
     rows = []
     for bench, qid in ids or question_ids(per_benchmark):
         share = accuracy if isinstance(accuracy, float) else accuracy[bench]
-        cover = float(rng.random() < share)
-        em = cover * float(rng.random() < 0.7)
-        scores = {
-            "cover_em": cover,
-            "em": em,
-            "sub_em": max(cover, float(rng.random() < 0.05)),
-            "f1": max(em, round(cover * rng.random(), 3)),
-        }
+        prediction = ("x" if rng.random() < 0.7 else "x y") if rng.random() < share else "y"
         rows.append(
             {
                 "id": qid,
@@ -64,8 +58,8 @@ def write_run(
                 "question": f"q {qid}?",
                 "golden_answers": ["x"],
                 "turns": [],
-                "prediction": "x" if cover else "y",
-                "scores": scores,
+                "prediction": prediction,
+                "scores": score(prediction, ["x"]),
             }
         )
     config = {

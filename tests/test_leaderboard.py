@@ -56,8 +56,8 @@ def test_add_is_content_addressed_and_builds_are_byte_identical(tmp_path):
     first = {name: (root / "fixed1325" / name).read_bytes() for name in OUTPUTS}
     copy = tmp_path / "copy" / "fixed1325"
     shutil.copytree(root / "fixed1325" / "runs", copy / "runs")
-    build(copy)
-    build(root / "fixed1325")
+    build([copy])
+    build([root / "fixed1325"])
     for name in OUTPUTS:
         assert (root / "fixed1325" / name).read_bytes() == first[name] == (copy / name).read_bytes(), name
 
@@ -91,7 +91,7 @@ def test_a_record_written_by_eval_is_stored_and_ranked(tmp_path, bm25):
     add(root, tmp_path / "run", "--name", "scripted")
     entry = root / "mini" / "runs" / load_run(tmp_path / "run").id
     assert json.loads((entry / "results.json").read_text()) == results
-    (table,) = build(root / "mini")["tables"]
+    (table,) = build([root / "mini"])[0]["tables"]
     assert table["runs"][0]["name"] == "scripted" and table["runs"][0]["scores"]["avg7"]["em"]["value"] == round(
         results["scores"]["avg7"]["em"], 4
     )
@@ -134,21 +134,21 @@ def test_guard_sets_apart_what_differs_and_keeps_engine_settings_together(tmp_pa
     )
 
 
-def test_other_suite_hash_or_metric_version_is_set_apart(tmp_path):
+def test_other_suite_hash_is_set_apart_and_an_unknown_metric_version_refused(tmp_path):
     root = tmp_path / "lb"
     add(root, write_run(tmp_path / "a", ACCURACY, seed=1, model="a"))
     add(root, write_run(tmp_path / "b", ACCURACY, seed=2, model="b", suite={"name": "fixed1325", "path": "x.jsonl", "sha256": "b" * 64}))
-    for seed in (3, 4):  # two runs under an older metric version: more runs, still not the ranked table
-        other = write_run(tmp_path / f"c{seed}", ACCURACY, seed=seed, model="c")
-        for name in ("run.json", "results.json"):
-            data = json.loads((other / name).read_text())
-            data["metric_version"] = "cfbench-metrics-v0"
-            (other / name).write_text(json.dumps(data))
-        add(root, other)
-    board = build(root / "fixed1325")
-    assert [len(t["runs"]) for t in board["tables"]] == [1, 1, 2]
-    reasons = sorted(r for t in board["tables"][1:] for r in t["set_apart_because"])
-    assert reasons == ["metric_version: cfbench-metrics-v0 vs cfbench-metrics-v1", f"suite.sha256: {'b' * 64} vs {'a' * 64}"]
+    (board,) = build([root / "fixed1325"])
+    assert [len(t["runs"]) for t in board["tables"]] == [1, 1]
+    assert board["tables"][1]["set_apart_because"] == [f"suite.sha256: {'b' * 64} vs {'a' * 64}"]
+    # Scores are recomputed from predictions, which needs the metric version that made them.
+    older = write_run(tmp_path / "c", ACCURACY, seed=3, model="c")
+    for name in ("run.json", "results.json"):
+        data = json.loads((older / name).read_text())
+        data["metric_version"] = "cfbench-metrics-v0"
+        (older / name).write_text(json.dumps(data))
+    code, _, lines = cli("leaderboard", "add", older, "--root", root)
+    assert code == 2 and len(lines) == 1 and "scored with metric version 'cfbench-metrics-v0'" in lines[0]
 
 
 def test_compare_prints_deltas_and_refuses_incomparable_runs(tmp_path):
@@ -231,18 +231,22 @@ def test_reported_rows_stand_apart_and_an_empty_leaderboard_builds(tmp_path):
     assert {r["treatment"]: r["avg7"]["Qwen3.5-9B"] for r in board["reported"]["rows"]}["MSV+CrossFit"] == 0.515
     readme = (tmp_path / "fixed1325" / "README.md").read_text()
     assert "## Reported, not reproduced" in readme and "| CrossFit | 48.8 | 51.2 |" in readme
-    other = build(tmp_path / "mini")
+    (other,) = build([tmp_path / "mini"])
     assert other["reported"] is None
 
 
-def test_committed_leaderboard_is_what_its_runs_build(tmp_path):
-    committed = REPO / "leaderboards" / "fixed1325"
-    copy = tmp_path / "fixed1325"
-    if (committed / "runs").is_dir():
-        shutil.copytree(committed / "runs", copy / "runs")
-    build(copy)
-    for name in OUTPUTS:
-        assert (copy / name).read_bytes() == (committed / name).read_bytes(), f"{name}: rerun cfbench leaderboard build"
+def test_committed_leaderboards_are_what_their_stored_predictions_give(tmp_path):
+    """`cfbench leaderboard rescore` recomputes every committed table from the stored runs, byte for byte."""
+    committed = REPO / "leaderboards"
+    suites = sorted(p.name for p in committed.iterdir() if (p / "runs").is_dir())
+    assert suites == ["fixed1325", "mini"]
+    for suite in suites:
+        shutil.copytree(committed / suite / "runs", tmp_path / suite / "runs")
+        for name in OUTPUTS:
+            shutil.copy(committed / suite / name, tmp_path / suite / name)
+    code, _, lines = cli("leaderboard", "rescore", "--root", tmp_path)
+    assert code == 0, lines
+    assert [line.split(":")[0] for line in lines] == [str(tmp_path / s) for s in suites]
 
 
 def test_committed_leaderboard_holds_smollm2_over_the_whole_suite():

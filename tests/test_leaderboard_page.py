@@ -40,7 +40,7 @@ def board(tmp_path_factory):
         add(load_run(write_run(tmp / name, acc, seed=seed, model=name)), root, {})
     knobs = {"topk": 5, "max_searches": 4, "max_new_tokens": 500, "max_obs_tokens": 500, "max_context_tokens": 4096}
     add(load_run(write_run(tmp / "apart", base, seed=4, model="apart", knobs=knobs)), root, {})
-    build(root / "fixed1325")
+    build([root / "fixed1325"])
     return root / "fixed1325", tmp
 
 

@@ -34,20 +34,26 @@ def leaderboard(suite: str, runs: list[Run]) -> dict:
     }
 
 
-def build(suite_dir: Path) -> dict:
-    """Regenerate every output file in suite_dir from suite_dir/runs; returns the leaderboard."""
+def outputs(suite_dir: Path) -> tuple[dict, dict[str, str]]:
+    """A suite's leaderboard and every file it renders to (name -> text), from suite_dir/runs; nothing is written."""
     board = leaderboard(suite_dir.name, stored_runs(suite_dir))
-    suite_dir.mkdir(parents=True, exist_ok=True)
-    outputs = {
+    return board, {
         "results.json": json_text(board),
         "README.md": markdown(board),
         "results.csv": csv_table(board),
         "results.tex": latex_table(board),
         "index.html": page(board),
     }
-    for name, text in outputs.items():
-        write_atomic(suite_dir / name, text)
-    return board
+
+
+def build(suite_dirs: list[Path]) -> list[dict]:
+    """Regenerate every suite's output files from its stored runs: all suites or, if any run is refused, none."""
+    rendered = [outputs(suite_dir) for suite_dir in suite_dirs]  # every check runs before anything is written
+    for suite_dir, (_, files) in zip(suite_dirs, rendered):
+        suite_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            write_atomic(suite_dir / name, text)
+    return [board for board, _ in rendered]
 
 
 def _table(key: dict, runs: list[Run], set_apart_because: list[str]) -> dict:
@@ -85,6 +91,7 @@ def _entry(run: Run) -> dict:
         "weights_sha256": model.get("weights_sha256"),
         "engine": model.get("engine"),
         "wall_time_s": run.results.get("wall_time_s"),
+        "scores_only": run.trajectories is None,
         "scores": {
             name: {m: {"value": round(scores[name][m], stats.DIGITS), **spread[name][m]} for m in METRICS} | {"n": scores[name]["n"]}
             for name in spread

@@ -1,4 +1,4 @@
-"""`cfbench leaderboard add|build|export` and `cfbench compare`."""
+"""`cfbench leaderboard add|build|rescore|export` and `cfbench compare`."""
 
 from __future__ import annotations
 
@@ -21,6 +21,16 @@ _root = click.option(
 @click.group()
 def leaderboard() -> None:
     """Store runs and build the per-suite leaderboards (tables, CSV, LaTeX, a static page)."""
+
+
+def _suite_names(suites: tuple[str, ...], root: Path) -> list[str]:
+    """The suites named by --suite, or every leaderboard folder in root."""
+    from cfbench.leaderboard.store import check_suite_name
+
+    names = list(suites) or (sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else [])
+    if not names:
+        raise CfbenchError(f"{root}: no leaderboards here; add a run first (cfbench leaderboard add RUN_DIR)")
+    return [check_suite_name(name, "--suite") for name in names]
 
 
 @leaderboard.command("add")
@@ -46,15 +56,10 @@ def add_cmd(run_dir, name, treatment, scale, root) -> None:
 def build_cmd(suites, root) -> None:
     """Regenerate README.md, results.json/.csv/.tex and index.html of each suite from its stored runs."""
     from cfbench.leaderboard.build import build
-    from cfbench.leaderboard.store import check_suite_name
 
     with one_line_errors():
-        names = list(suites) or (sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else [])
-        if not names:
-            raise CfbenchError(f"{root}: no leaderboards to build; add a run first (cfbench leaderboard add RUN_DIR)")
-        for name in names:
-            check_suite_name(name, "--suite")
-            board = build(root / name)
+        names = _suite_names(suites, root)
+        for name, board in zip(names, build([root / name for name in names])):
             runs = sum(len(t["runs"]) for t in board["tables"])
             console.print(f"{root / name}: {runs} runs", highlight=False, soft_wrap=True)
             for i, table in enumerate(board["tables"][1:], start=1):
@@ -64,6 +69,32 @@ def build_cmd(suites, root) -> None:
                     highlight=False,
                     soft_wrap=True,
                 )
+
+
+@leaderboard.command("rescore")
+@click.option("--suite", "suites", multiple=True, help="Rescore only this suite (repeatable) [default: every folder in ROOT].")
+@_root
+def rescore_cmd(suites, root) -> None:
+    """Recompute every stored run's scores from its predictions and check the published tables are exactly what they give."""
+    from cfbench.leaderboard.build import outputs
+
+    with one_line_errors():
+        for name in _suite_names(suites, root):
+            board, files = outputs(root / name)
+            stale = [
+                f for f, text in files.items() if not (root / name / f).is_file() or (root / name / f).read_text(encoding="utf-8") != text
+            ]
+            if stale:
+                raise CfbenchError(
+                    f"{root / name}: {', '.join(stale)} differ from what the stored predictions give; run cfbench leaderboard build"
+                )
+            entries = [r for t in board["tables"] for r in t["runs"]]
+            only = sum(r["scores_only"] for r in entries)
+            console.print(
+                f"{root / name}: {len(entries) - only} runs rescored from their predictions, {only} scores only; tables identical",
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 @leaderboard.command("export")

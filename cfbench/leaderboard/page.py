@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from html import escape
 
-from cfbench.leaderboard.tables import column_label, comparable_on, pct, signed, summary, title, views, vs_best_name
+from cfbench.leaderboard.tables import column_label, comparable_on, pct, run_name, signed, summary, title, views, vs_best_name
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 
@@ -89,7 +89,7 @@ def _section(board: dict, i: int, table: dict) -> str:
         rows = []
         for run in table["runs"]:
             cells = [f"<td data-value={run['rank']}>{run['rank']}</td>"]
-            cells += [f"<td class=text>{escape(run[k])}</td>" for k in ("name", "treatment", "scale")]
+            cells += [f"<td class=text>{escape(v)}</td>" for v in (run_name(run), run["treatment"], run["scale"])]
             for c in cols:
                 v = run["scores"][c][metric]
                 best = " best" if v["value"] == table["best"].get(c) else ""

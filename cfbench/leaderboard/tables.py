@@ -8,7 +8,8 @@ import io
 from cfbench.harness.metrics import METRICS
 
 GROUP_LABELS = {"avg7": "7-avg", "multi_hop": "multi-hop", "single_hop": "single-hop"}
-LABEL_COLUMNS = ("rank", "name", "treatment", "scale")
+LABEL_COLUMNS = ("rank", "name", "treatment", "scale", "scores_only")
+SCORES_ONLY = " (scores only)"  # an entry stored before predictions were kept: its scores cannot be recomputed
 
 
 def pct(x: float) -> str:
@@ -32,6 +33,10 @@ def views(table: dict) -> list[tuple[str, str, list[str]]]:
     return [view for view in (("benchmarks", "Per benchmark", table["benchmarks"]), ("averages", "Averages", table["groups"])) if view[2]]
 
 
+def run_name(run: dict) -> str:
+    return run["name"] + (SCORES_ONLY if run["scores_only"] else "")
+
+
 def comparable_on(table: dict) -> str:
     k = table["comparable_on"]
     knobs = ", ".join(f"{n} {v}" for n, v in sorted(k["protocol"].get("knobs", {}).items()))
@@ -47,7 +52,12 @@ def summary(board: dict) -> str:
     return (
         f"Cover-EM (%) with {100 * b['level']:.0f}% bootstrap intervals ({b['resamples']} resamples of the questions, "
         f"stratified by benchmark, seed {b['seed']}); runs ranked by the 7-benchmark average. Δ vs #1 and p: paired "
-        f"bootstrap against the top run on the same questions."
+        f"bootstrap against the top run on the same questions. Every score is recomputed from the stored predictions"
+        + (
+            f", except in runs marked{SCORES_ONLY}: stored before predictions were kept, they are checked only for consistency."
+            if any(run["scores_only"] for table in board["tables"] for run in table["runs"])
+            else "."
+        )
     )
 
 
@@ -81,7 +91,7 @@ def markdown(board: dict) -> str:
                     _md_row(
                         [
                             str(run["rank"]),
-                            _md_text(run["name"]),
+                            _md_text(run_name(run)),
                             _md_text(run["treatment"]),
                             _md_text(run["scale"]),
                             *cells,
@@ -205,7 +215,7 @@ def _md_text(text: str) -> str:
 
 
 def _run_label(run: dict) -> str:
-    return " / ".join(x for x in (run["name"], run["treatment"], run["scale"]) if x)
+    return " / ".join(x for x in (run_name(run), run["treatment"], run["scale"]) if x)
 
 
 _TEX = str.maketrans(

@@ -1,0 +1,140 @@
+"""Scores the leaderboard can vouch for: every per-question score is recomputed from the stored
+prediction and gold answers, gold answers are the suite's own, builds write every suite or none, and
+entries stored before predictions were kept are marked "scores only" until re-added."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+
+from click.testing import CliRunner
+
+from cfbench.cli import main
+from cfbench.harness.evaluate import evaluate
+from cfbench.harness.jsonl import jsonl_text
+from cfbench.harness.metrics import aggregate
+from cfbench.harness.protocol import Knobs
+from cfbench.harness.suite import load_suite
+from cfbench.leaderboard.store import content_id, load_run
+from leaderboard_runs import write_run
+from scripted import ScriptedBackend, question_of
+
+ACCURACY = {"nq": 0.45, "triviaqa": 0.6, "popqa": 0.35, "hotpotqa": 0.3, "2wikimultihopqa": 0.3, "musique": 0.1, "bamboogle": 0.2}
+OUTPUTS = ("README.md", "results.csv", "results.json", "results.tex", "index.html")
+
+
+def cli(*args):
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    return result.exit_code, [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+
+
+def rows_of(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def rewrite(run, rows):
+    """Edit a run's trajectories and make results.json agree with them, as a careful forger would."""
+    (run / "trajectories.jsonl").write_text(jsonl_text(rows))
+    results = json.loads((run / "results.json").read_text())
+    results["scores"] = aggregate(rows)
+    (run / "results.json").write_text(json.dumps(results))
+
+
+def test_a_forged_score_is_refused_even_when_results_agree(tmp_path):
+    """The hardening probe's forgery: a prediction of "" scored 1.0, with results.json edited to match."""
+    run = write_run(tmp_path / "run", ACCURACY, seed=1)
+    rows = rows_of(run / "trajectories.jsonl")
+    wrong = next(i for i, r in enumerate(rows) if r["scores"]["cover_em"] == 0.0)
+    rows[wrong] |= {"prediction": "", "scores": {"cover_em": 1.0, "em": 1.0, "sub_em": 1.0, "f1": 1.0}}
+    rewrite(run, rows)
+    code, lines = cli("leaderboard", "add", run, "--root", tmp_path / "lb")
+    assert code == 2 and len(lines) == 1
+    assert f"question {rows[wrong]['id']}: stored cover_em 1.0 but prediction '' scores 0.0" in lines[0]
+    assert not (tmp_path / "lb").exists()
+
+
+def test_a_stored_entry_edited_and_renamed_to_its_new_hash_is_refused(tmp_path):
+    root = tmp_path / "lb"
+    run = write_run(tmp_path / "run", ACCURACY, seed=1)
+    assert cli("leaderboard", "add", run, "--root", root)[0] == 0
+    entry = root / "fixed1325" / "runs" / load_run(run).id
+    rows = [json.loads(line) for line in gzip.decompress((entry / "trajectories.jsonl.gz").read_bytes()).decode().splitlines()]
+    wrong = next(i for i, r in enumerate(rows) if r["scores"]["cover_em"] == 0.0)
+    rows[wrong]["scores"] = {"cover_em": 1.0, "em": 1.0, "sub_em": 1.0, "f1": 1.0}
+    scores = [{"benchmark": r["benchmark"], "id": r["id"], "scores": r["scores"]} for r in rows]
+    (entry / "trajectories.jsonl.gz").write_bytes(gzip.compress(jsonl_text(rows).encode()))
+    (entry / "scores.jsonl").write_text(jsonl_text(scores))
+    results = json.loads((entry / "results.json").read_text()) | {"scores": aggregate(scores)}
+    (entry / "results.json").write_text(json.dumps(results))
+    forged = entry.with_name(content_id(results, scores, rows))
+    entry.rename(forged)
+    code, lines = cli("leaderboard", "build", "--root", root)
+    assert code == 2 and len(lines) == 1 and str(forged) in lines[0] and "stored cover_em 1.0 but prediction" in lines[0]
+
+
+def test_gold_answers_are_checked_against_the_bundled_suite(tmp_path, bm25):
+    """Editing gold and score together passes the rescoring, so the gold itself must be the suite's."""
+    policy = ScriptedBackend(lambda context: f"<answer> {question_of(context).split()[0]} </answer>")
+    evaluate(load_suite("mini"), policy, bm25, Knobs(), tmp_path / "run", batch_size=16)
+    rows = rows_of(tmp_path / "run" / "trajectories.jsonl")
+    rows[0] |= {"golden_answers": [rows[0]["prediction"]], "scores": {"cover_em": 1.0, "em": 1.0, "sub_em": 1.0, "f1": 1.0}}
+    rewrite(tmp_path / "run", rows)
+    code, lines = cli("leaderboard", "add", tmp_path / "run", "--root", tmp_path / "lb")
+    assert code == 2 and len(lines) == 1
+    assert f"question {rows[0]['id']}: gold answers [{rows[0]['prediction']!r}] are not suite 'mini''s" in lines[0]
+
+
+def test_build_writes_every_suite_or_none(tmp_path):
+    root = tmp_path / "lb"
+    assert cli("leaderboard", "add", write_run(tmp_path / "a", ACCURACY, seed=1), "--root", root)[0] == 0
+    mini = {"name": "mini", "path": "tasks/suites/mini.jsonl", "sha256": "d" * 64}
+    other = write_run(tmp_path / "b", ACCURACY, seed=2, suite=mini, per_benchmark=10)
+    assert cli("leaderboard", "add", other, "--root", root)[0] == 0
+    assert cli("leaderboard", "build", "--root", root)[0] == 0
+    before = {(s, n): (root / s / n).read_bytes() for s in ("fixed1325", "mini") for n in OUTPUTS}
+    # fixed1325 (built first) gets a new run, mini a damaged one: nothing may be rewritten.
+    assert cli("leaderboard", "add", write_run(tmp_path / "c", ACCURACY, seed=3, model="c"), "--root", root)[0] == 0
+    (entry,) = (root / "mini" / "runs").iterdir()
+    (entry / "scores.jsonl").write_text((entry / "scores.jsonl").read_text().replace('"cover_em": 1.0', '"cover_em": 0.0', 1))
+    code, lines = cli("leaderboard", "build", "--root", root)
+    assert code == 2 and len(lines) == 1 and str(entry) in lines[0]
+    assert {(s, n): (root / s / n).read_bytes() for s in ("fixed1325", "mini") for n in OUTPUTS} == before
+
+
+def test_scores_only_entries_are_marked_and_replaced_when_re_added(tmp_path):
+    root = tmp_path / "lb"
+    run = write_run(tmp_path / "run", ACCURACY, seed=1)
+    assert cli("leaderboard", "add", run, "--root", root, "--name", "old", "--treatment", "Base")[0] == 0
+    # Make it an entry as stored before trajectories were kept: no trajectories, the old content id.
+    full = root / "fixed1325" / "runs" / load_run(run).id
+    (full / "trajectories.jsonl.gz").unlink()
+    legacy = full.with_name(content_id(load_run(run).results, load_run(run).rows, None))
+    full.rename(legacy)
+    code, lines = cli("leaderboard", "build", "--root", root)
+    assert code == 0
+    board = json.loads((root / "fixed1325" / "results.json").read_text())
+    assert [(r["id"], r["scores_only"]) for r in board["tables"][0]["runs"]] == [(legacy.name, True)]
+    assert "scores only" in (root / "fixed1325" / "README.md").read_text()
+    code, lines = cli("leaderboard", "rescore", "--root", root)
+    assert code == 0 and lines == [f"{root / 'fixed1325'}: 0 runs rescored from their predictions, 1 scores only; tables identical"]
+
+    # Re-adding the run directory replaces the scores-only entry and keeps its labels.
+    assert cli("leaderboard", "add", run, "--root", root)[0] == 0
+    assert [p.name for p in (root / "fixed1325" / "runs").iterdir()] == [full.name]
+    assert load_run(full).labels == {"name": "old", "treatment": "Base", "scale": ""}
+    code, lines = cli("leaderboard", "rescore", "--root", root)
+    assert code == 2 and "results.json" in lines[0] and "run cfbench leaderboard build" in lines[0]
+    assert cli("leaderboard", "build", "--root", root)[0] == 0
+    code, lines = cli("leaderboard", "rescore", "--root", root)
+    assert code == 0 and lines == [f"{root / 'fixed1325'}: 1 runs rescored from their predictions, 0 scores only; tables identical"]
+
+
+def test_an_entry_keeps_the_runs_trajectories_byte_for_byte(tmp_path):
+    run = write_run(tmp_path / "run", ACCURACY, seed=1)
+    assert cli("leaderboard", "add", run, "--root", tmp_path / "lb")[0] == 0
+    entry = tmp_path / "lb" / "fixed1325" / "runs" / load_run(run).id
+    assert gzip.decompress((entry / "trajectories.jsonl.gz").read_bytes()) == (run / "trajectories.jsonl").read_bytes()
+    copy = tmp_path / "copy"
+    shutil.copytree(entry, copy)
+    assert load_run(copy).trajectories == load_run(run).trajectories
