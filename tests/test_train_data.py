@@ -1,9 +1,6 @@
 import gzip
 import json
-import sys
-import types
 
-import pandas as pd
 import pytest
 
 from cfbench.harness.errors import CfbenchError
@@ -67,43 +64,95 @@ def test_unknown_spec_names_the_bundled_sets():
         load_train_set("search-r2")
 
 
+def search_r1_record(i: int, source: str, question: str, answers: list[str] | None, target: list[str]) -> dict:
+    """A row of Search-R1's nq_hotpotqa_train (scripts/data_process/qa_search_train_merge.py): FlashRAG's id, question
+    and golden_answers, plus verl's data_source, chat prompt, ability, reward_model and extra_info."""
+    return {
+        "id": f"train_{i}",
+        "question": question,
+        "golden_answers": answers,
+        "data_source": source,
+        "prompt": [{"content": f"Answer the given question. ... Question: {question}\n", "role": "user"}],
+        "ability": "fact-reasoning",
+        "reward_model": {"ground_truth": {"target": target}, "style": "rule"},
+        "extra_info": {"index": i, "split": "train"},
+    }
+
+
 @pytest.fixture
-def fake_hub(tmp_path, monkeypatch):
-    """A stand-in huggingface_hub whose snapshot_download returns a local folder: tests never touch the network."""
-    root = tmp_path / "snapshot"
-    (root / "data").mkdir(parents=True)
-    calls = []
+def offline_datasets(tmp_path, monkeypatch):
+    """datasets and the hub client in offline mode with a private cache: nothing here reaches or leaves behind a hub download."""
+    import datasets
+    import huggingface_hub
 
-    def snapshot_download(repo_id, repo_type, allow_patterns):
-        calls.append((repo_id, repo_type, allow_patterns))
-        return str(root)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets")
+    root = tmp_path / "nq_hotpotqa_train"
+    root.mkdir()
+    return root
 
-    monkeypatch.setitem(sys.modules, "huggingface_hub", types.SimpleNamespace(snapshot_download=snapshot_download))
-    return root, calls
+
+def write_parquet(path, rows):
+    import datasets
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    datasets.Dataset.from_list(rows).to_parquet(str(path))
 
 
-def test_hub_parquet_in_search_r1_form(fake_hub):
-    root, calls = fake_hub
-    pd.DataFrame(
-        {
-            "id": ["train_0", "train_0", None],
-            "question": ["who wrote hamlet", "which is older, a or b?", "q3?"],
-            "golden_answers": [["Shakespeare", "William Shakespeare"], ["a"], None],
-            "data_source": ["nq", "hotpotqa", "nq"],
-            "reward_model": [{"ground_truth": {"target": ["x"]}}, {"ground_truth": {"target": ["a"]}}, {"ground_truth": {"target": ["c"]}}],
-        }
-    ).to_parquet(root / "data" / "train.parquet")
-    pd.DataFrame({"question": ["not training"]}).to_parquet(root / "data" / "test.parquet")
-    questions = load_train_set("hub:PeterJinGo/nq_hotpotqa_train", sources=("nq",))
-    assert calls == [("PeterJinGo/nq_hotpotqa_train", "dataset", ["*train*.parquet"])]
-    assert questions == [
+def test_dataset_in_search_r1_layout(offline_datasets):
+    root = offline_datasets
+    write_parquet(
+        root / "train.parquet",
+        [
+            search_r1_record(0, "nq", "who wrote hamlet", ["Shakespeare", "William Shakespeare"], ["x"]),
+            search_r1_record(0, "hotpotqa", "which is older, a or b?", ["a"], ["a"]),
+            search_r1_record(2, "nq", "q3?", None, ["c"]),  # no golden_answers: reward_model's target stands in
+        ],
+    )
+    (root / "test.parquet").write_text("not parquet: the test split is never read")
+    assert load_train_set(str(root), sources=("nq",)) == [
         TrainQuestion("nq/train_0", "nq", "who wrote hamlet", ("Shakespeare", "William Shakespeare")),
-        TrainQuestion("nq/row-2", "nq", "q3?", ("c",)),
+        TrainQuestion("nq/train_2", "nq", "q3?", ("c",)),
+    ]
+    assert [q.id for q in load_train_set(str(root))] == ["nq/train_0", "hotpotqa/train_0", "nq/train_2"]
+
+
+def test_dataset_of_json_lines_shards_with_reward_model_only(offline_datasets):
+    root = offline_datasets
+    for shard, (source, question, answer) in enumerate([("nq", "who?", "me"), ("hotpotqa", "what?", "it")]):
+        record = search_r1_record(0, source, question, None, [answer])
+        del record["golden_answers"], record["id"]
+        (root / "data").mkdir(exist_ok=True)
+        (root / "data" / f"train-0000{shard}-of-00002.jsonl").write_text(json.dumps(record) + "\n")
+    assert load_train_set(str(root)) == [
+        TrainQuestion("nq/row-0", "nq", "who?", ("me",)),
+        TrainQuestion("hotpotqa/row-0", "hotpotqa", "what?", ("it",)),
     ]
 
 
-def test_hub_parquet_without_the_columns_is_refused(fake_hub):
-    root, _ = fake_hub
-    pd.DataFrame({"prompt": ["p"], "answer": ["a"]}).to_parquet(root / "data" / "train.parquet")
-    with pytest.raises(CfbenchError, match=r"hub:me/qa/data/train.parquet: columns \['prompt', 'answer'\] lack Search-R1's 'question'"):
-        load_train_set("hub:me/qa")
+def test_dataset_problems_are_one_line_errors(offline_datasets):
+    root = offline_datasets
+    write_parquet(root / "data" / "train.parquet", [{"prompt": "p", "answer": "a"}])
+    with pytest.raises(
+        CfbenchError, match=r"nq_hotpotqa_train/data/train.parquet: columns \['prompt', 'answer'\] lack Search-R1's 'question'"
+    ):
+        load_train_set(str(root))
+    write_parquet(
+        root / "data" / "train.parquet", [search_r1_record(0, "nq", "who?", ["me"], ["me"]), search_r1_record(1, "nq", "what?", [" "], [])]
+    )
+    with pytest.raises(CfbenchError, match=r"nq_hotpotqa_train/data/train.parquet row 1: field 'golden_answers' must be a non-empty list"):
+        load_train_set(str(root))
+    (root / "data" / "train.parquet").rename(root / "data" / "test.parquet")
+    with pytest.raises(
+        CfbenchError, match=r"nq_hotpotqa_train: the dataset has no train split \(its splits: test\); name its training file train.parquet"
+    ):
+        load_train_set(str(root))
+
+
+def test_hub_dataset_offline_is_a_one_line_error_not_a_download(offline_datasets):
+    with pytest.raises(CfbenchError) as caught:
+        load_train_set("hub:PeterJinGo/nq_hotpotqa_train")
+    message = str(caught.value)
+    assert message.startswith("hub:PeterJinGo/nq_hotpotqa_train: cannot open the dataset (") and "\n" not in message
+    assert message.endswith("; check the dataset id and network access")

@@ -3,13 +3,17 @@
 `search-r1` is tasks/train/search-r1.jsonl.gz (NQ-open train + HotpotQA train, every question an eval
 suite asks removed; see tasks/README.md), hash-checked against tasks/manifest.json on every load like
 the bundled suites. A user file has the same fields: `id`, `question`, `golden_answers` (list of
-strings) and optionally `source` (default: the file's stem). `hub:REPO_ID` downloads the parquet
-train split of a dataset repo in Search-R1's form; only that spec ever touches the network.
+strings) and optionally `source` (default: the file's stem). `hub:REPO_ID` (a hub dataset) or a
+directory (a local copy of one) is a dataset in Search-R1's form, read with `datasets.load_dataset`
+(parquet, JSON lines...): its train split's files, Search-R1's columns mapped to those fields. Only a
+`hub:` spec ever touches the network.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,17 +39,22 @@ def bundled_train_sets() -> dict[str, dict]:
 
 
 def load_train_set(spec: str, sources: Sequence[str] | None = None) -> list[TrainQuestion]:
-    """The questions of a bundled set, a file or `hub:REPO_ID`, only those of `sources` when given."""
+    """The questions of a bundled set, a file, a dataset directory or `hub:REPO_ID`, only those of `sources` when given."""
     bundled = bundled_train_sets()
     if spec.startswith(HUB):
-        questions = _checked(_hub_rows(spec.removeprefix(HUB)), default_source="hub", name=spec)
+        questions = _checked(_dataset_rows(spec.removeprefix(HUB), spec), default_source="hub", name=spec)
     elif spec in bundled:
         path = TASKS_DIR / bundled[spec]["file"]
         questions = _from_file(path, jsonl.read_verified(path, bundled[spec]["sha256"]))
     elif Path(spec).is_file():
         questions = _from_file(Path(spec), jsonl.read_bytes(Path(spec)))
+    elif Path(spec).is_dir():
+        questions = _checked(_dataset_rows(spec, spec), default_source="hub", name=spec)
     else:
-        raise CfbenchError(f"unknown training set {spec!r}: not a bundled set ({', '.join(bundled)}), no such file, and not {HUB}REPO_ID")
+        raise CfbenchError(
+            f"unknown training set {spec!r}: not a bundled set ({', '.join(bundled)}), "
+            f"no such file or dataset directory, and not {HUB}REPO_ID"
+        )
     return _select(questions, sources, spec)
 
 
@@ -67,39 +76,58 @@ def _select(questions: list[TrainQuestion], sources: Sequence[str] | None, spec:
     return [q for q in questions if q.source in sources]
 
 
-# ---------------------------------------------------------------- hub:REPO_ID
+# ---------------------------------------------------------------- hub:REPO_ID and dataset directories
 
 
-def _hub_rows(repo_id: str) -> Iterator[tuple[str, dict]]:
-    """(where, row) for each row of the repo's train parquet files, mapped from Search-R1's columns."""
+def _dataset_rows(source: str, name: str) -> Iterator[tuple[str, dict]]:
+    """(where, row) for each row of the train split of a dataset (hub id or directory), mapped from Search-R1's columns.
+
+    The split's files come from datasets' own layout rules (train.parquet, data/train-*.parquet...) and are read
+    one by one, so a row is named by its file; the other splits (Search-R1's test.parquet) are never read.
+    """
+    import datasets
+
+    fix = "check the dataset id and network access" if name.startswith(HUB) else "check the dataset directory"
     try:
-        import pandas as pd
-        from huggingface_hub import snapshot_download
-    except ImportError as err:
-        raise CfbenchError(f"{HUB}{repo_id} needs {err.name}: pip install huggingface_hub pandas pyarrow") from None
-    try:
-        root = Path(snapshot_download(repo_id, repo_type="dataset", allow_patterns=["*train*.parquet"]))
-    except Exception as err:  # the hub client raises many types; all mean "could not get it"
+        splits = datasets.load_dataset_builder(source).config.data_files or {}
+    except Exception as err:  # the hub client and datasets raise many types; all mean "could not open it"
+        raise CfbenchError(f"{name}: cannot open the dataset ({_one_line(err)}); {fix}") from None
+    if not splits.get("train"):
         raise CfbenchError(
-            f"{HUB}{repo_id}: download failed ({type(err).__name__}: {err}); check the dataset id and network access"
-        ) from None
-    files = sorted(p for p in root.rglob("*.parquet") if "train" in p.relative_to(root).as_posix())
-    if not files:
-        raise CfbenchError(f"{HUB}{repo_id}: the dataset has no parquet file with 'train' in its path")
-    for file in files:
-        frame = pd.read_parquet(file)
-        place = f"{HUB}{repo_id}/{file.relative_to(root).as_posix()}"
-        if "question" not in frame.columns or not {"golden_answers", "reward_model"} & set(frame.columns):
+            f"{name}: the dataset has no train split (its splits: {', '.join(map(str, splits)) or 'none'}); "
+            "name its training file train.parquet (or train.jsonl), as Search-R1's layout does"
+        )
+    for file in splits["train"]:
+        inside = _inside(file, source)
+        place = f"{name}/{inside}"
+        try:
+            rows = datasets.load_dataset(source, data_files={"train": [inside]}, split="train")
+        except Exception as err:
+            raise CfbenchError(f"{place}: cannot read it ({_one_line(err)}); {fix}") from None
+        if "question" not in rows.column_names or not {"golden_answers", "reward_model"} & set(rows.column_names):
             raise CfbenchError(
-                f"{place}: columns {list(frame.columns)} lack Search-R1's 'question' and 'golden_answers' "
+                f"{place}: columns {rows.column_names} lack Search-R1's 'question' and 'golden_answers' "
                 "(or 'reward_model.ground_truth.target'); convert it to a JSON-lines file (id, question, golden_answers, source)"
             )
-        for i, rec in enumerate(frame.to_dict("records")):
+        for i, rec in enumerate(rows):
             yield f"{place} row {i}", _search_r1_row(rec, i)
 
 
+def _inside(file: str, source: str) -> str:
+    """A resolved data file's path inside its dataset: hf://datasets/OWNER/NAME@REVISION/PATH or a local path."""
+    if file.startswith("hf://"):
+        return re.sub(r"^hf://datasets/[^@]+@[^/]+/", "", file)
+    return Path(os.path.relpath(file, os.path.abspath(source))).as_posix()
+
+
+def _one_line(err: BaseException) -> str:
+    """The error (or the one it wraps: datasets' DatasetGenerationError hides the reader's) as one line."""
+    cause = err.__cause__ or err
+    return " ".join(f"{type(cause).__name__}: {cause}".split())
+
+
 def _search_r1_row(rec: dict, index: int) -> dict:
-    """A Search-R1 parquet record as a training row; FlashRAG ids (train_N) repeat across sources, so ids get the source."""
+    """A Search-R1 record as a training row; FlashRAG ids (train_N) repeat across sources, so ids get the source."""
     answers = rec.get("golden_answers")
     if answers is None:
         reward = rec.get("reward_model")
@@ -112,14 +140,10 @@ def _search_r1_row(rec: dict, index: int) -> dict:
 
 
 def _given(cell: object) -> bool:
-    """False for a missing scalar parquet cell: None, "", or the NaN pandas puts in a numeric column."""
+    """False for a missing scalar cell: None, "", or NaN (a float column's missing value)."""
     return cell is not None and cell == cell and cell != ""
 
 
 def _as_list(value: object) -> object:
-    """Parquet lists arrive as numpy arrays and single answers as strings; anything else is left to fail validation."""
-    if isinstance(value, str):
-        return [value]
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    return list(value) if isinstance(value, tuple) else value
+    """A single answer may be a bare string; anything else not a list is left to fail validation."""
+    return [value] if isinstance(value, str) else value
