@@ -1,16 +1,22 @@
-"""Generated tokens/s of the engines on the same questions: hf one at a time, hf lockstep, openai over loopback.
+"""Generated tokens/s of the engines on the same questions: hf one at a time, hf lockstep, openai over loopback,
+and the anchor: hf against CTranslate2 on plain greedy generation.
 
-    python benchmarks/engines.py [--ckpt smollm2-135m] [--questions 16] [--max-new-tokens 64]
+    python benchmarks/engines.py [--ckpt smollm2-135m] [--questions 16] [--max-new-tokens 64] [--anchor-tokens 128]
 
-Every arm runs the identical protocol-v1 loop with BM25 over the bundled corpus. The openai arm
-starts `cfbench serve-model` on a free loopback port (same checkpoint, its own process) and sends
+Every protocol arm runs the identical protocol-v1 loop with BM25 over the bundled corpus. The openai
+arm starts `cfbench serve-model` on a free loopback port (same checkpoint, its own process) and sends
 each turn's prompts in one request, so it measures what HTTP and JSON add to in-process hf.
-Prints each arm's rate, the ratios side by side, and whether the arms' trajectories agree.
+The anchor arms run in their own processes (so each reports its own peak RSS): the same first-turn
+prompts, greedy float32, --anchor-tokens new tokens, hf's lockstep decoder against CTranslate2's
+Generator (the `bench` extra) on the same weights converted once into the cache.
+Prints each arm's rate, the ratios side by side, and whether the arms' outputs agree.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import resource
 import socket
 import subprocess
 import sys
@@ -22,7 +28,8 @@ from cfbench.harness.agent import run_batch
 from cfbench.harness.backends.hf import HFBackend
 from cfbench.harness.backends.openai import OpenAIBackend
 from cfbench.harness.checkpoints import resolve
-from cfbench.harness.protocol import Knobs
+from cfbench.harness.paths import cache_dir
+from cfbench.harness.protocol import Knobs, user_prompt
 from cfbench.harness.retrievers.choose import retriever_for
 from cfbench.harness.suite import load_suite
 
@@ -43,19 +50,59 @@ def served(ckpt: str) -> tuple[subprocess.Popen, str]:
             time.sleep(0.2)
 
 
+def anchor_arm(engine: str, ckpt: str, questions: list, new_tokens: int) -> dict:
+    """One anchor engine over the first-turn prompts, in this process: seconds, tokens, peak RSS and the output ids."""
+    hf = HFBackend.load(resolve(ckpt), threads=2)
+    prompts = [hf.tokens.context(hf.tokens.chat_prompt(user_prompt(q.question)), Knobs().max_context_tokens) for q in questions]
+    if engine == "hf":
+        start = time.perf_counter()
+        outputs = [hf.tokens.encode(c.text) for c in hf.complete(prompts, new_tokens, ())]
+    else:
+        import ctranslate2  # the bench extra
+
+        converted = cache_dir("ctranslate2") / hf.ckpt.weights_sha256
+        if not (converted / "model.bin").is_file():
+            ctranslate2.converters.TransformersConverter(str(hf.ckpt.location)).convert(str(converted), force=True)
+        generator = ctranslate2.Generator(str(converted), device="cpu", intra_threads=2, inter_threads=1, compute_type="float32")
+        tokens = [hf.tokens.tokenizer.convert_ids_to_tokens(ids) for ids in prompts]
+        start = time.perf_counter()
+        results = generator.generate_batch(
+            tokens, max_length=new_tokens, sampling_topk=1, include_prompt_in_result=False, end_token=sorted(hf.eos_ids)
+        )
+        outputs = [hf.tokens.encode(hf.tokens.decode(r.sequences_ids[0])) for r in results]
+    seconds = time.perf_counter() - start
+    return {
+        "seconds": seconds,
+        "tokens": sum(len(o) for o in outputs),
+        "rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
+        "outputs": outputs,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ckpt", default="smollm2-135m")
     parser.add_argument("--suite", default="mini")
     parser.add_argument("--questions", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=64, help="v1 uses 500; lower keeps the one-at-a-time arm short")
+    parser.add_argument("--anchor-tokens", type=int, default=128, help="new tokens per prompt in the hf vs CTranslate2 anchor")
+    parser.add_argument("--anchor-arm", choices=["hf", "ctranslate2"], help=argparse.SUPPRESS)  # one anchor arm, run as a child
     args = parser.parse_args()
 
-    hf = HFBackend.load(resolve(args.ckpt))
-    retriever = retriever_for("bm25")
     suite = load_suite(args.suite)
     step = max(1, len(suite.questions) // args.questions)
     questions = list(suite.questions)[::step][: args.questions]  # spread over the benchmarks
+    if args.anchor_arm:
+        print(json.dumps(anchor_arm(args.anchor_arm, args.ckpt, questions, args.anchor_tokens)))
+        return
+    anchor = {}
+    for engine in ("ctranslate2", "hf"):
+        child = [sys.executable, __file__, "--ckpt", args.ckpt, "--suite", args.suite, "--questions", str(args.questions)]
+        child += ["--anchor-tokens", str(args.anchor_tokens), "--anchor-arm", engine]
+        anchor[engine] = json.loads(subprocess.run(child, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
+
+    hf = HFBackend.load(resolve(args.ckpt))
+    retriever = retriever_for("bm25")
     knobs = Knobs(max_new_tokens=args.max_new_tokens)
     proc, url = served(args.ckpt)
     try:
@@ -75,7 +122,16 @@ def main() -> None:
     finally:
         proc.terminate()
 
-    print(f"{len(questions)} questions, max_new_tokens={args.max_new_tokens}, model={args.ckpt}")
+    print(f"anchor: {len(questions)} first-turn prompts, {args.anchor_tokens} new tokens, greedy float32, 2 threads, model={args.ckpt}")
+    print(f"{'engine':<24}{'seconds':>9}{'tokens':>8}{'tokens/s':>10}{'peak RSS GB':>13}")
+    for name, r in anchor.items():
+        print(f"{name:<24}{r['seconds']:>9.1f}{r['tokens']:>8}{r['tokens'] / r['seconds']:>10.1f}{r['rss_gb']:>13.2f}")
+    ct2, own = anchor["ctranslate2"], anchor["hf"]
+    same = sum(a == b for a, b in zip(own["outputs"], ct2["outputs"]))
+    ratio = (own["tokens"] / own["seconds"]) / (ct2["tokens"] / ct2["seconds"])
+    print(f"hf / ctranslate2 tokens/s: {ratio:.2f}x   same outputs: {same}/{len(questions)}")
+    print()
+    print(f"protocol v1 loop: {len(questions)} questions, max_new_tokens={args.max_new_tokens}, model={args.ckpt}")
     print(f"{'arm':<24}{'seconds':>9}{'tokens':>8}{'tokens/s':>10}")
     for name, (seconds, tokens, _) in results.items():
         print(f"{name:<24}{seconds:>9.1f}{tokens:>8}{tokens / seconds:>10.1f}")

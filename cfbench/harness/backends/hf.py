@@ -14,6 +14,7 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from cfbench.harness.backends import Completion
+from cfbench.harness.backends.kv import left_padded_cache
 from cfbench.harness.backends.tokens import PromptTokens, TokenizedEngine
 from cfbench.harness.checkpoints import ResolvedCheckpoint
 from cfbench.harness.protocol import cut_at_stop
@@ -60,20 +61,15 @@ class HFBackend(TokenizedEngine):
     @torch.inference_mode()
     def complete(self, encoded: list[list[int]], max_new_tokens: int, stop: tuple[str, ...]) -> list[Completion]:
         """Continuations of token-id prompts (greedy, or sampled), all decoded in one shrinking batch."""
-        rows = [self._prefill(ids) for ids in encoded]  # (first-token logits, K/V per layer)
         width = max(len(ids) for ids in encoded)
         pads = [width - len(ids) for ids in encoded]
-        cache = DynamicCache(
-            ddp_cache_data=[
-                tuple(
-                    torch.cat([torch.nn.functional.pad(kv[layer][j], (0, 0, pad, 0)) for (_, kv), pad in zip(rows, pads)]) for j in (0, 1)
-                )
-                for layer in range(len(rows[0][1]))
-            ]
-        )
+        prefilled = [self._prefill(ids) for ids in encoded]  # (first-token logits, K/V per layer)
+        logits = torch.cat([first for first, _ in prefilled])
+        rows = [kv for _, kv in prefilled]
+        del prefilled  # rows now hold each prompt's K/V alone, and left_padded_cache frees them as it copies
+        cache = left_padded_cache(rows, width)
         mask = torch.tensor([[0] * pad + [1] * len(ids) for ids, pad in zip(encoded, pads)], device=self.device)
         positions = torch.tensor([[len(ids)] for ids in encoded], device=self.device)
-        logits = torch.cat([first for first, _ in rows])
         live = list(range(len(encoded)))  # prompt index of each row still decoding
         new: list[list[int]] = [[] for _ in encoded]
         ended: list[_Context | None] = [None] * len(encoded)
@@ -162,6 +158,7 @@ class HFBackend(TokenizedEngine):
             if common := self._extends(ids, old):
                 start = min(common, len(ids) - 1)  # at least one token to compute logits from
                 past = [(k[:, :, :start], v[:, :, :start]) for k, v in old.kv]
+                self._reusable.remove(old)  # this turn's context supersedes it
                 break
         cache = DynamicCache(ddp_cache_data=past) if past else DynamicCache()
         suffix = torch.tensor([ids[start:]], device=self.device)

@@ -1,0 +1,59 @@
+"""The growing K/V layer gives exactly the logits of transformers' own concatenating cache, across
+growth steps and dropped rows, while copying the cache only once per GROW tokens."""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoModelForCausalLM, DynamicCache
+
+from cfbench.harness.backends.kv import GROW, left_padded_cache
+
+
+def decode(model, prompts, cache_for, steps, drop_at):
+    """Greedy steps over left-padded prompts (each prefilled alone); row 1 leaves the batch at step drop_at."""
+    width = max(len(p) for p in prompts)
+    firsts, rows = [], []
+    for ids in prompts:
+        own = DynamicCache()
+        out = model(input_ids=torch.tensor([ids]), cache=own, use_cache=True, logits_to_keep=1)
+        firsts.append(out.logits[:, -1])
+        rows.append([(layer.keys, layer.values) for layer in own.layers])
+    cache = cache_for(rows, width)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    positions = torch.tensor([[len(p)] for p in prompts])
+    logits, seen = torch.cat(firsts), []
+    for step in range(steps):
+        seen.append(logits)
+        if step == drop_at:
+            keep = torch.tensor([0, 2])
+            cache.batch_select_indices(keep)
+            logits, mask, positions = logits[keep], mask[keep], positions[keep]
+        mask = torch.cat([mask, mask.new_ones(len(mask), 1)], dim=-1)
+        out = model(input_ids=logits.argmax(-1, keepdim=True), attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
+        logits, positions = out.logits[:, -1], positions + 1
+    return seen, cache
+
+
+def concatenating(rows, width):
+    pad = torch.nn.functional.pad
+    return DynamicCache(
+        ddp_cache_data=[
+            tuple(torch.cat([pad(row[layer][j], (0, 0, width - row[layer][j].shape[-2], 0)) for row in rows]) for j in (0, 1))
+            for layer in range(len(rows[0]))
+        ]
+    )
+
+
+@torch.inference_mode()
+def test_growing_cache_matches_the_concatenating_cache_exactly(tiny_llama):
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32).eval()
+    prompts = [[5, 17, 230, 9, 44, 8], [71, 3], [900, 12, 13, 14]]
+    steps = 2 * GROW + 10  # grows twice
+    expected, _ = decode(model, prompts, concatenating, steps, drop_at=GROW // 2)
+    got, cache = decode(model, prompts, left_padded_cache, steps, drop_at=GROW // 2)
+    assert len(got) == len(expected) == steps
+    for step, (a, b) in enumerate(zip(got, expected)):
+        assert torch.equal(a, b), f"step {step}"
+    layer = cache.layers[0]
+    assert layer.keys.shape[0] == 2 and layer.get_seq_length() == 6 + steps  # the widest prompt, then one token per step
+    assert layer._keys.shape[-2] - layer.get_seq_length() <= GROW  # spare room stays bounded
