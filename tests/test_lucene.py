@@ -3,6 +3,8 @@
 import hashlib
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -25,14 +27,20 @@ def index_dir(bundled_corpus, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def lucene(index_dir, bundled_corpus):
-    return open_index(index_dir, bundled_corpus)
+    """Opened as in CI, with neither OPENAI_API_KEY nor JAVA_HOME set; opening leaves the environment as it found it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("OPENAI_API_KEY", raising=False)
+        mp.delenv("JAVA_HOME", raising=False)
+        before = dict(os.environ)
+        retriever = open_index(index_dir, bundled_corpus)
+        assert dict(os.environ) == before
+    return retriever
 
 
 def test_the_index_holds_the_corpus_and_its_raw_documents(index_dir, lucene, bundled_corpus):
     manifest = read_manifest(index_dir)
     assert manifest["kind"] == "lucene" and manifest["corpus"]["n"] == len(bundled_corpus.ids)
     searcher = pyserini_lucene().LuceneSearcher(str(index_dir / "lucene"))
-    assert os.environ.get("OPENAI_API_KEY") != "unused-placeholder-for-pyserini-import"  # set for pyserini's import only
     assert searcher.num_docs == len(bundled_corpus.ids)
     assert json.loads(searcher.doc(bundled_corpus.ids[5]).raw())["contents"] == bundled_corpus.contents[5]
     assert lucene.describe()["index_sha256"] == manifest["index_sha256"]
@@ -78,3 +86,21 @@ def test_search_r1s_bm25_server_over_the_index_answers_as_cfbench_does(index_dir
         ["derived-sha256:" + hashlib.sha256(h.contents.encode()).hexdigest() for h in hits] for hits in local
     ]
     assert [h.score for hits in remote for h in hits] == pytest.approx([h.score for hits in local for h in hits], rel=1e-6)
+
+
+def test_ctrl_c_and_sigterm_stay_with_python_once_the_jvm_runs():
+    """An embedded JVM takes SIGINT and SIGTERM and exits the process unless started with -Xrs."""
+    script = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: print("python's SIGTERM handler", flush=True))
+from cfbench.harness.retrievers.lucene import start_jvm
+start_jvm()
+os.kill(os.getpid(), signal.SIGTERM)
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", flush=True)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout.splitlines()) == (0, ["python's SIGTERM handler", "KeyboardInterrupt"]), done.stderr

@@ -72,23 +72,24 @@ def require_lucene() -> tuple[Path, frozenset[str]]:
 
 
 @contextlib.contextmanager
-def _environ(name: str, value: str) -> Iterator[None]:
-    """`name` set to `value` when it is unset, for the block only."""
-    if name in os.environ:
-        yield
-        return
-    os.environ[name] = value
+def _environ(**unset_defaults: str) -> Iterator[None]:
+    """Set the variables that are unset for the block, then put os.environ back as it was (pyserini's imports set some too)."""
+    before = dict(os.environ)
+    os.environ.update({name: value for name, value in unset_defaults.items() if name not in before})
     try:
         yield
     finally:
-        del os.environ[name]
+        for name in set(os.environ) - set(before):
+            del os.environ[name]
+        os.environ.update({name: value for name, value in before.items() if os.environ.get(name) != value})
 
 
 def start_jvm() -> None:
     """Start pyjnius's JVM with pyserini's classpath and options, less the modules this runtime lacks.
 
     Started here, so pyserini's own setup, which would add the option again, finds the JVM running
-    and is skipped (pyserini.pyclass catches that).
+    and is skipped (pyserini.pyclass catches that). -Xrs leaves SIGINT and SIGTERM to Python: an
+    embedded JVM otherwise takes them and exits, so Ctrl-C would skip cfbench's interrupt handling.
     """
     home, modules = require_lucene()
     import jnius_config
@@ -101,7 +102,8 @@ def start_jvm() -> None:
     configure_classpath(os.environ.get("ANSERINI_CLASSPATH", str(jars)))
     if VECTOR_MODULE not in modules:
         jnius_config.set_options(*[o for o in jnius_config.get_options() if o != f"--add-modules={VECTOR_MODULE}"])
-    with _environ("JAVA_HOME", str(home)):  # pyjnius finds libjvm through JAVA_HOME when it is imported
+    jnius_config.add_options("-Xrs")
+    with _environ(JAVA_HOME=str(home)):  # pyjnius finds libjvm through JAVA_HOME when it is imported
         import jnius
 
         jnius.autoclass("java.lang.System")
@@ -110,7 +112,7 @@ def start_jvm() -> None:
 def pyserini_lucene():
     """pyserini.search.lucene, imported on the JVM started above."""
     start_jvm()
-    with _environ("OPENAI_API_KEY", "unused-placeholder-for-pyserini-import"):
+    with _environ(OPENAI_API_KEY="unused-placeholder-for-pyserini-import"):
         import pyserini.search.lucene
     return pyserini.search.lucene
 
