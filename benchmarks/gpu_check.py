@@ -120,11 +120,13 @@ def train_steps(model_dir: Path, device: str, trajectories: list, steps: int, mi
 
     from cfbench.harness.backends.tokens import PromptTokens
     from cfbench.training.core.episodes import encode_episode
-    from cfbench.training.core.learner import learner, update
+    from cfbench.training.core.learner import learner
+    from cfbench.training.core.policy_update import update
+    from cfbench.training.treatments import load_config
 
     accelerator = Accelerator(cpu=device == "cpu", mixed_precision="bf16" if device == "cuda" else "no")
-    config = {"learning_rate": 1e-5, "weight_decay": 0.0, "warmup_steps": 0, "max_grad_norm": 1.0, "micro_batch": micro_batch}
-    role = learner(config, model_dir, accelerator)
+    config = load_config("search-r1", "cpu-smoke") | {"learning_rate": 1e-5, "micro_batch": micro_batch}  # the plain objective
+    role = learner(config, model_dir, accelerator, steps)
     accelerator.unwrap_model(role.model).gradient_checkpointing_enable()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokens = PromptTokens(tokenizer)
@@ -137,7 +139,7 @@ def train_steps(model_dir: Path, device: str, trajectories: list, steps: int, mi
     for _ in range(steps):
         _sync(device)
         began = time.time()
-        _, grad_norm = update(role, accelerator, episodes, config, tokenizer.pad_token_id)
+        grad_norm = update(role, accelerator, episodes, config, tokenizer.pad_token_id).grad_norm
         _sync(device)
         times.append(time.time() - began)
         norms.append(round(grad_norm, 4))

@@ -29,8 +29,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config = load_config("warm-start", "cpu")
-    total = sum(config["mix"].values())
-    mix = {kind: max(1, round(n * args.examples / total)) for kind, n in config["mix"].items()}
+    total = sum(config.mix.counts().values())
+    mix = {kind: max(1, round(n * args.examples / total)) for kind, n in config.mix.counts().items()}
     with tempfile.TemporaryDirectory() as tmp:
         adapter = warm_start(config | {"mix": mix, "save_every": 10**6}, Path(tmp) / "run", command="benchmarks/warmstart_sft.py")
         manifest = json.loads((adapter / "manifest.json").read_text())
@@ -55,11 +55,11 @@ def main() -> None:
     )
 
 
-def _recipe_tokens(config: dict) -> int:
+def _recipe_tokens(config) -> int:
     """The full cpu mix's tokens: the recipe's time scales with them (its kinds differ in length)."""
-    data, where = read_data(config["data"])
-    picked = select(parse_rows(data, where), config["mix"], config["seed"], where)
-    return sum(len(e.ids) for e in encode(picked, PromptTokens.load(config["model"])))
+    data, where = read_data(config.data)
+    picked = select(parse_rows(data, where), config.mix.counts(), config.seed, where)
+    return sum(len(e.ids) for e in encode(picked, PromptTokens.load(config.model)))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from cfbench.training.config.schema import to_json
 from cfbench.training.treatments import load_config
 
 CORPUS = [
@@ -96,7 +97,7 @@ def make_run(
     corpus = path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in corpus_rows))
     config = load_config(treatment, "cpu-smoke", corpus=str(corpus)) | SCHEDULE | (overrides or {})
-    (path / "config.json").write_text(json.dumps(config))
+    (path / "config.json").write_text(json.dumps(to_json(config)))
     metrics = []
     for step, rows in cases.items():
         (path / "audit" / f"step-{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -109,7 +110,7 @@ def make_run(
                 "candidates": 2,
                 "admitted": 2,
                 "generations": generations,
-                "msv_generations": 12 if config["msv"] else 0,
+                "msv_generations": 12 if config.msv else 0,
                 "generated_tokens": tokens,
                 "rollout_s": 30.0,
                 "update_s": 6.0,

@@ -11,6 +11,8 @@ from cfbench.harness.errors import CfbenchError
 from cfbench.training.audit.audit import audit_run, rates, round_means
 from cfbench.training.audit.judge import GoldJudge, JudgeCache, parse_reference, parse_verdict, reference_prompt, slug
 from cfbench.training.audit.report import write_report
+from cfbench.training.config.schema import to_json
+from cfbench.training.treatments import load_config
 from tests.audit_runs import CASES, CORPUS, make_run, row
 
 SOURCE = '"Mount Everest"\nMount Everest is the highest mountain.\nIts height is 8849   metres.'
@@ -232,7 +234,7 @@ def test_bad_judge_spec(tmp_path, args, message):
 
 def test_audit_refuses_a_run_without_audit_records(tmp_path):
     (tmp_path / "sr1").mkdir()
-    (tmp_path / "sr1" / "config.json").write_text(json.dumps({"treatment": "search-r1"}))
+    (tmp_path / "sr1" / "config.json").write_text(json.dumps(to_json(load_config("search-r1", "cpu-smoke"))))
     result = CliRunner().invoke(main, ["audit", str(tmp_path / "sr1"), "--judge", "reference"])
     assert result.exit_code == 2 and "a 'search-r1' run has no audit/ records" in result.stderr
 

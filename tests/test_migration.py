@@ -67,6 +67,6 @@ def test_every_shipped_training_config_still_loads(treatment):
     assert scales(treatment), treatment
     for scale in scales(treatment):
         config = load_config(treatment, scale)
-        assert isinstance(config.get("model"), str) and config["model"], (treatment, scale)
+        assert isinstance(config.model, str) and config.model, (treatment, scale)
         if treatment in SELF_EVOLUTION:
-            assert (config["msv"], config["crossfit"]) == SELF_EVOLUTION[treatment]
+            assert (config.msv, config.crossfit) == SELF_EVOLUTION[treatment]

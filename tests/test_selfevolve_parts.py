@@ -159,7 +159,7 @@ def test_crossfit_routes_each_fold_to_the_other_folds_solver():
 
 
 def test_schedule_rounds_of_proposer_then_solver_steps():
-    config = {"proposer_steps": 2, "solver_steps": 3}
+    config = load_config("dr-zero", "cpu-smoke") | {"proposer_steps": 2, "solver_steps": 3}
     assert [schedule(config, s) for s in range(1, 7)] == [
         (1, "proposer", 0),
         (1, "proposer", 1),
@@ -179,11 +179,11 @@ def test_self_evolution_configs():
     ]:
         for scale in ("cpu-smoke", "paper"):
             config = load_config(name, scale)
-            assert (config["treatment"], config["msv"], config["crossfit"]) == (name, with_msv, with_crossfit)
-            assert config["steps"] == config["rounds"] * (config["proposer_steps"] + config["solver_steps"])
+            assert (config.treatment, config.msv, config.crossfit) == (name, with_msv, with_crossfit)
+            assert config.steps == config.rounds * (config.proposer_steps + config.solver_steps)
     paper = load_config("dr-zero", "paper")
-    assert (paper["rounds"], paper["proposer_steps"], paper["solver_steps"], paper["steps"]) == (3, 18, 25, 129)
-    assert load_config("crossfit", "cpu-smoke", control="random-split", aux_budget="half")["aux_budget"] == "half"
+    assert (paper.rounds, paper.proposer_steps, paper.solver_steps, paper.steps) == (3, 18, 25, 129)
+    assert load_config("crossfit", "cpu-smoke", control="random-split", aux_budget="half").aux_budget == "half"
     with pytest.raises(CfbenchError, match="need auxiliary solvers: use them with crossfit or msv-crossfit"):
         load_config("msv", "cpu-smoke", aux_budget="half")
     with pytest.raises(CfbenchError, match="apply to the self-evolution treatments"):

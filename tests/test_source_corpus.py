@@ -10,6 +10,7 @@ import pytest
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.paths import BUNDLED_CORPUS, TRAIN_SOURCES
 from cfbench.training.audit.judge import GoldJudge
+from cfbench.training.config.schema import to_json
 from cfbench.training.selfevolve.sources import corpus_path
 from cfbench.training.treatments import SELF_EVOLUTION, load_config
 
@@ -18,7 +19,7 @@ from cfbench.training.treatments import SELF_EVOLUTION, load_config
 def test_every_self_evolution_config_draws_sources_from_the_training_corpus(scale):
     for treatment in SELF_EVOLUTION:
         config = load_config(treatment, scale)
-        assert corpus_path(config) == TRAIN_SOURCES and "allow_eval_corpus" not in config
+        assert corpus_path(config) == TRAIN_SOURCES and "allow_eval_corpus" not in to_json(config)
 
 
 def test_the_evaluation_corpus_is_refused_under_any_name_unless_allowed(tmp_path):
@@ -27,7 +28,7 @@ def test_the_evaluation_corpus_is_refused_under_any_name_unless_allowed(tmp_path
     for corpus in (str(BUNDLED_CORPUS), "bundled", str(copy)):
         with pytest.raises(CfbenchError, match="are the evaluation corpus.*--allow-eval-corpus"):
             load_config("dr-zero", "cpu-smoke", corpus=corpus)
-    assert load_config("msv", "cpu-smoke", corpus=str(copy), allow_eval_corpus=True)["allow_eval_corpus"] is True
+    assert load_config("msv", "cpu-smoke", corpus=str(copy), allow_eval_corpus=True).allow_eval_corpus is True
     with pytest.raises(CfbenchError, match="apply to the self-evolution treatments"):
         load_config("search-r1", "cpu-smoke", allow_eval_corpus=True)
 

@@ -1,6 +1,7 @@
 """`cfbench train` for real: SmolLM2-135M, the cpu-smoke search-r1 config, BM25 rollouts, accelerate on CPU."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -11,7 +12,9 @@ from safetensors.torch import load_file
 
 from cfbench.cli import main
 from cfbench.harness.checkpoints import resolve
-from cfbench.training.treatments import load_config, validate
+from cfbench.training.config.classes import SearchR1Config
+from cfbench.training.config.schema import parse, to_json
+from cfbench.training.treatments import load_config
 
 
 def cfbench(*args, timeout=900):
@@ -24,7 +27,7 @@ def metrics(run) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-def two_step_config() -> dict:
+def two_step_config() -> SearchR1Config:
     """Two cpu-smoke Search-R1 steps from the raw base: its five samples differ in format credit, so step 1's group has a
     non-zero advantage and must move the weights (the warm-started default often gives five equal rewards)."""
     return load_config("search-r1", "cpu-smoke", 2, 1) | {"model": "smollm2-135m"}
@@ -59,12 +62,12 @@ def test_a_step_changes_the_weights_and_records_everything(two_steps):
     assert [r["step"] for r in rows] == [1, 2]
     assert rows[0]["loss"] != 0 and rows[0]["grad_norm"] > 0  # step 1's group had unequal rewards
     assert all(r["rollout_s"] > 0 and r["update_s"] > 0 and r["response_tokens"] > 0 for r in rows)
-    base = load_file(resolve(two_step_config()["model"]).location + "/model.safetensors")
+    base = load_file(resolve(two_step_config().model).location + "/model.safetensors")
     trained = load_file(two_steps / "checkpoint-1" / "model.safetensors")
     changed = [k for k in trained if not (trained[k] == base[k]).all()]
     assert len(changed) > 10
     record = json.loads((two_steps / "checkpoint-2" / "cfbench_train.json").read_text())
-    assert record["step"] == 2 and record["config"] == two_step_config()
+    assert record["step"] == 2 and parse(SearchR1Config, record["config"], "record") == two_step_config()
     rollouts = [json.loads(line) for line in (two_steps / "rollouts" / "step-1.jsonl").read_text().splitlines()]
     assert len(rollouts) == 5 and len({r["turns"][0]["generated"] for r in rollouts}) == 5  # sampled, not greedy
     assert (two_steps / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -122,7 +125,7 @@ def test_the_checkpoint_is_scored_by_eval_unchanged(two_steps, tmp_path):
 def test_base_is_the_untrained_model(tmp_path):
     cfbench("train", "--treatment", "base", "--scale", "cpu-smoke", "--out", str(tmp_path / "base"))
     saved = load_file(tmp_path / "base" / "checkpoint-0" / "model.safetensors")
-    original = load_file(resolve(load_config("base", "cpu-smoke")["model"]).location + "/model.safetensors")
+    original = load_file(resolve(load_config("base", "cpu-smoke").model).location + "/model.safetensors")
     assert all((saved[k] == original[k]).all() for k in saved)
     cfbench(
         "train", "--treatment", "base", "--scale", "cpu-smoke", "--out", str(tmp_path / "base"), "--resume"
@@ -136,13 +139,14 @@ def test_every_role_gets_its_own_weights_and_optimizer_state_back(tmp_path, tiny
     from transformers import AutoTokenizer
 
     from cfbench.training.core.episodes import Episode
-    from cfbench.training.core.learner import learner, restore, resume_from, save, update
+    from cfbench.training.core.learner import learner, restore, resume_from, save
+    from cfbench.training.core.policy_update import update
 
     config, names = load_config("crossfit", "cpu-smoke"), ["", "proposer", "aux-0"]
 
     def roles_from(weights):
         accelerator = Accelerator(cpu=True)
-        return accelerator, {name: learner(config, weights(name), accelerator) for name in names}
+        return accelerator, {name: learner(config, weights(name), accelerator, config.updates_of(name or "main")) for name in names}
 
     accelerator, roles = roles_from(lambda name: tiny_llama)
     for k, name in enumerate(names):  # one update each, on other tokens: every role's moments differ
@@ -215,11 +219,11 @@ def train_cli(*args):
 def test_bad_training_input_is_one_line_and_overwrites_nothing(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    (run / "config.json").write_text(json.dumps(load_config("base", "cpu-smoke")))
+    (run / "config.json").write_text(json.dumps(to_json(load_config("base", "cpu-smoke"))))
     (run / "keep.txt").write_text("finished work")
     pruned = tmp_path / "pruned"  # a run whose latest checkpoint lost its resume state
     (pruned / "checkpoint-3").mkdir(parents=True)
-    (pruned / "config.json").write_text(json.dumps(load_config("search-r1", "cpu-smoke")))
+    (pruned / "config.json").write_text(json.dumps(to_json(load_config("search-r1", "cpu-smoke"))))
     for args, message in [
         (["--treatment", "nope"], "unknown treatment 'nope'"),
         (["--treatment", "search-r1", "--scale", "huge"], "has no scale 'huge'"),
@@ -245,6 +249,6 @@ def test_bad_training_input_is_one_line_and_overwrites_nothing(tmp_path):
 def test_out_of_range_knobs(key, value, message):
     from cfbench.harness.errors import CfbenchError
 
-    config = load_config("search-r1", "cpu-smoke") | {key: value}
-    with pytest.raises(CfbenchError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
-        validate(config, "search-r1.cpu-smoke.json")
+    data = to_json(load_config("search-r1", "cpu-smoke")) | {key: value}
+    with pytest.raises(CfbenchError, match=re.escape(f"configs/search-r1.cpu-smoke.json: {message}")):
+        parse(SearchR1Config, data, "configs/search-r1.cpu-smoke.json")

@@ -126,7 +126,7 @@ def test_cpu_smoke_twice_gives_byte_identical_adapters_and_the_cli_exports_one(t
     assert all(w.abs().sum() > 0 for k, w in weights.items() if "lora_B" in k)  # B starts at zero: every one was trained
     manifest = json.loads((first / "manifest.json").read_text())
     data, _ = read_data("warmstart")
-    assert manifest["data_sha256"] == jsonl.sha256(data) and manifest["examples_per_kind"] == config["mix"]
+    assert manifest["data_sha256"] == jsonl.sha256(data) and manifest["examples_per_kind"] == config.mix.counts()
     assert manifest["base_model"] == "smollm2-135m" and manifest["base_weights_sha256"] == resolve("smollm2-135m").weights_sha256
     assert manifest["steps"] == 2 and math.isfinite(manifest["final_loss"]) and manifest["adapter_sha256"] == adapter_hash(first)
     assert json.loads((dest / "manifest.json").read_text())["command"].startswith("cfbench train --treatment warm-start")

@@ -5,12 +5,16 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from cfbench.harness.cli_output import console, job_progress, one_line_errors
 from cfbench.harness.errors import CfbenchError
 from cfbench.training.selfevolve.crossfit import AUX_BUDGETS, CONTROLS
+
+if TYPE_CHECKING:
+    from cfbench.training.config.classes import WarmStartConfig
 
 
 @click.command("train")
@@ -94,19 +98,19 @@ def train_cmd(
             raise CfbenchError(f"--export-adapter applies to --treatment warm-start, not {treatment!r}")
 
         with job_progress(
-            f"{treatment} {scale}", "step", config["steps"], fields={"reward": ""}, transient=True, quiet=not PartialState().is_main_process
+            f"{treatment} {scale}", "step", config.steps, fields={"reward": ""}, transient=True, quiet=not PartialState().is_main_process
         ) as progress:
 
             def on_step(row: dict) -> None:
                 progress.update(completed=row["step"], reward=f"{row.get('reward', row.get('proposer_reward')):.3f}")
-                console.print(f"step {row['step']}/{config['steps']}  {_describe(row)}", highlight=False)
+                console.print(f"step {row['step']}/{config.steps}  {_describe(row)}", highlight=False)
 
             last = train(config, out, resume=resume, on_step=on_step)
         if PartialState().is_main_process:
             console.print(f"checkpoint: {last}  (score it: cfbench eval --ckpt {last} --suite mini --out runs/NAME)")
 
 
-def _warm_start(config: dict, out: Path, resume: bool, export: Path | None) -> None:
+def _warm_start(config: WarmStartConfig, out: Path, resume: bool, export: Path | None) -> None:
     from cfbench.training.warmstart import export_adapter, warm_start
 
     adapter = warm_start(config, out, resume=resume, command=shlex.join(["cfbench", *sys.argv[1:]]))

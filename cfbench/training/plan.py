@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cfbench.harness.errors import CfbenchError
+from cfbench.training.config.classes import RLConfig, SelfEvolutionConfig, TrainingConfig
 
 GB = 1e9
 RESERVE = 0.10
@@ -80,27 +81,27 @@ def shape_of(model: str) -> Shape:
     return SHAPES[model]
 
 
-def roles(config: dict) -> tuple[list[str], list[str]]:
+def roles(config: RLConfig) -> tuple[list[str], list[str]]:
     """(trained roles, frozen roles) of the treatment."""
-    if "rounds" in config:  # self-evolution
-        trained = ["proposer", "solver"] + (["aux-0", "aux-1"] if config["crossfit"] else [])
+    if isinstance(config, SelfEvolutionConfig):
+        trained = ["proposer", "solver"] + (["aux-0", "aux-1"] if config.crossfit else [])
     else:
         trained = ["policy"]
-    return trained, ["reference"] if config.get("kl_coef") else []
+    return trained, ["reference"] if config.objective.kl_coef else []
 
 
-def rollout_rows(config: dict, gpus: int) -> int:
+def rollout_rows(config: RLConfig, gpus: int) -> int:
     """Rows one GPU samples at once: a Search-R1 step's prompts x samples, or the self-evolution step's largest
     phase (the solver scoring every proposal samples_per_prompt times), split over the GPUs."""
-    return -(-config["prompts_per_step"] * config["samples_per_prompt"] // gpus)
+    return -(-config.prompts_per_step * config.samples_per_prompt // gpus)
 
 
-def estimate(config: dict, shape: Shape, gpus: int, sharded: bool, precision: str) -> dict[str, float]:
+def estimate(config: RLConfig, shape: Shape, gpus: int, sharded: bool, precision: str) -> dict[str, float]:
     """Bytes per GPU of each term for one layout."""
     trained, frozen = roles(config)
     p, split = shape.params, (gpus if sharded else 1)
     width = 2 if precision == "bf16" else 4
-    b, s, h, v = config["micro_batch"], config["knobs"]["max_context_tokens"], shape.hidden, shape.vocab
+    b, s, h, v = config.micro_batch, config.knobs.max_context_tokens, shape.hidden, shape.vocab
     layer = b * s * (16 * h + 8 * shape.intermediate) * width / 2
     rows = rollout_rows(config, gpus)
     return {
@@ -137,20 +138,20 @@ def _knob(term: str) -> str:
     return "--gpu-memory (a bigger GPU) or a smaller model"
 
 
-def plan(config: dict, gpus: int, gpu_memory: float) -> list[str]:
+def plan(config: TrainingConfig, gpus: int, gpu_memory: float) -> list[str]:
     """The plan's lines; raises CfbenchError naming the knob when not even the best layout fits."""
-    if "prompts_per_step" not in config:
-        raise CfbenchError(f"--plan covers the RL treatments (search-r1 and the self-evolution ones), not {config['treatment']!r}")
-    shape = shape_of(config["model"])
+    if not isinstance(config, RLConfig):
+        raise CfbenchError(f"--plan covers the RL treatments (search-r1 and the self-evolution ones), not {config.treatment!r}")
+    shape = shape_of(config.model)
     usable = gpu_memory * GB * (1 - RESERVE)
     trained, frozen = roles(config)
     table = {layout: estimate(config, shape, gpus, layout[0] == "sharded", layout[1]) for layout in LAYOUTS}
     lines = [
-        f"{config['model']}: {shape.params / 1e9:.2f} B parameters, {shape.layers} layers ({shape.attention_layers} full attention), "
+        f"{config.model}: {shape.params / 1e9:.2f} B parameters, {shape.layers} layers ({shape.attention_layers} full attention), "
         f"vocabulary {shape.vocab}",
-        f"{config['treatment']} {config['scale']} on {gpus} x {gpu_memory:g} GB ({usable / GB:.1f} GB usable, {RESERVE:.0%} kept); "
+        f"{config.treatment} {config.scale} on {gpus} x {gpu_memory:g} GB ({usable / GB:.1f} GB usable, {RESERVE:.0%} kept); "
         f"trained roles: {', '.join(trained)}" + (f"; frozen: {', '.join(frozen)}" if frozen else ""),
-        f"micro-batch {config['micro_batch']} x {config['knobs']['max_context_tokens']} tokens; rollout "
+        f"micro-batch {config.micro_batch} x {config.knobs.max_context_tokens} tokens; rollout "
         f"{rollout_rows(config, gpus)} rows per GPU at once",
         f"{'GB per GPU':<34}" + "".join(f"{p + ' ' + d:>17}" for p, d in LAYOUTS),
     ]
@@ -176,7 +177,7 @@ def plan(config: dict, gpus: int, gpu_memory: float) -> list[str]:
         )
         term = max(state + during, key=best.get)
         raise CfbenchError(
-            f"{config['model']} {config['treatment']} does not fit on {gpus} x {gpu_memory:g} GB even sharded in bf16 with "
+            f"{config.model} {config.treatment} does not fit on {gpus} x {gpu_memory:g} GB even sharded in bf16 with "
             f"checkpointing: its {phase} needs {peaks[phase] / GB:.1f} GB per GPU of {usable / GB:.1f} usable, "
             f"{best[term] / GB:.1f} GB of it {term}; change {_knob(term)}"
         )

@@ -10,8 +10,9 @@ the Search-R1 loop; the self-evolution treatments run training/selfevolve.py; bo
 training/learner.py.
 
 Run directory (Search-R1):
-    config.json                 the treatment config (every knob), fixed for the run
-    metrics.jsonl               one row per step: reward, loss, lengths, searches, wall time split
+    config.json                 the treatment config (every knob, training/config), fixed for the run
+    metrics.jsonl               one row per step: reward, loss (+ kl, clipped, ratio with the recipe terms on), lengths,
+                                searches, wall time split
     rollouts/step-N.jsonl       every sampled trajectory with its reward
     checkpoint-N/               HF model + tokenizer + cfbench_train.json, and state/ for --resume (latest only)
     curves.png                  the metrics as plots
@@ -35,8 +36,9 @@ from cfbench.harness.backends.tokens import PromptTokens
 from cfbench.harness.checkpoints import resolve
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import dumps, write_atomic, write_jsonl
-from cfbench.harness.protocol import Knobs
 from cfbench.harness.suite import Question
+from cfbench.training.config.classes import BaseConfig, SearchR1Config, SelfEvolutionConfig, TrainingConfig, read_run_config
+from cfbench.training.config.schema import to_json
 from cfbench.training.core.episodes import encode_episode
 from cfbench.training.core.learner import (
     TRAIN_RECORD,
@@ -50,16 +52,14 @@ from cfbench.training.core.learner import (
     resume_from,
     sampler,
     save,
-    update,
 )
 from cfbench.training.core.plots import plot_curves
-from cfbench.training.core.rewards import reward
-from cfbench.training.treatments import SELF_EVOLUTION
+from cfbench.training.core.policy_update import UpdateStats, reference_model, update
 
 RESUMABLE = {"steps", "save_every", "note"}  # none changes a step's result; every other knob must match
 
 
-def check_config(config: dict, out: Path, resume: bool) -> None:
+def check_config(config: TrainingConfig, out: Path, resume: bool) -> None:
     """Check the run directory against the config, writing nothing: a new run needs an empty --out, a resumed one the same knobs."""
     saved = out / "config.json"
     if not resume:
@@ -68,21 +68,22 @@ def check_config(config: dict, out: Path, resume: bool) -> None:
         return
     if not saved.is_file():
         raise CfbenchError(f"--resume: {out} holds no training run (no config.json); drop --resume to start one")
-    old = json.loads(saved.read_text())
-    if old.get("treatment") != config["treatment"]:
+    recorded = json.loads(saved.read_text())
+    treatment = recorded.get("treatment") if isinstance(recorded, dict) else None
+    if treatment != config.treatment:
         raise CfbenchError(
-            f"--resume: {out} holds a {old.get('treatment')!r} run, not {config['treatment']!r}; "
-            "choose the matching --treatment or a new --out"
+            f"--resume: {out} holds a {treatment!r} run, not {config.treatment!r}; choose the matching --treatment or a new --out"
         )
-    differing = sorted(k for k in set(old) | set(config) if k not in RESUMABLE and old.get(k) != config.get(k))
+    old, new = to_json(read_run_config(saved)), to_json(config)
+    differing = sorted(k for k in set(old) | set(new) if k not in RESUMABLE and old.get(k) != new.get(k))
     if differing:
         key = differing[0]
         raise CfbenchError(
-            f"--resume: knob {key} was {old.get(key)!r} in {saved}, now {config.get(key)!r}; resume with the run's own settings"
+            f"--resume: knob {key} was {old.get(key)!r} in {saved}, now {new.get(key)!r}; resume with the run's own settings"
         )
 
 
-def check_out(config: dict, out: Path, resume: bool) -> int:
+def check_out(config: TrainingConfig, out: Path, resume: bool) -> int:
     """check_config, then the checkpoint a resume starts from (its step; 0 for a new run)."""
     check_config(config, out, resume)
     if not resume:
@@ -97,7 +98,7 @@ def check_out(config: dict, out: Path, resume: bool) -> int:
 
 
 def train(
-    config: dict, out: Path, *, resume: bool = False, on_step: Callable[[dict], None] = lambda row: None, proposer_engine=None
+    config: TrainingConfig, out: Path, *, resume: bool = False, on_step: Callable[[dict], None] = lambda row: None, proposer_engine=None
 ) -> Path:
     """Run (or finish) a treatment into `out`; returns the last checkpoint directory.
 
@@ -108,25 +109,26 @@ def train(
 
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
     start = check_out(config, out, resume)  # every process checks before any writes
-    if config["treatment"] == "search-r1" and config["prompts_per_step"] % accelerator.num_processes:
+    if isinstance(config, SearchR1Config) and config.prompts_per_step % (accelerator.num_processes * config.objective.updates_per_batch):
         raise CfbenchError(
-            f"knob prompts_per_step ({config['prompts_per_step']}) must be a multiple of the {accelerator.num_processes} training processes"
+            f"knob prompts_per_step ({config.prompts_per_step}) must be a multiple of the {accelerator.num_processes} training processes "
+            f"x objective.updates_per_batch ({config.objective.updates_per_batch}), so each process's mini-batches hold whole groups"
         )
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
-        write_atomic(out / "config.json", dumps(config) + "\n")
+        write_atomic(out / "config.json", dumps(to_json(config)) + "\n")
         drop_partial_saves(out)
-    if config["treatment"] == "base":
+    if isinstance(config, BaseConfig):
         return _save_base(config, out) if accelerator.is_main_process else out / "checkpoint-0"
-    if config["treatment"] in SELF_EVOLUTION:
+    if isinstance(config, SelfEvolutionConfig):
         from cfbench.training.selfevolve.run import self_evolve
 
         return self_evolve(config, out, start, resume, accelerator, on_step, proposer_engine)
     return _search_r1(config, out, start, accelerator, on_step)
 
 
-def _search_r1(config: dict, out: Path, start: int, accelerator, on_step: Callable[[dict], None]) -> Path:
+def _search_r1(config: SearchR1Config, out: Path, start: int, accelerator, on_step: Callable[[dict], None]) -> Path:
     from transformers import AutoTokenizer
 
     from cfbench.harness.retrievers.choose import retriever_for
@@ -135,59 +137,46 @@ def _search_r1(config: dict, out: Path, start: int, accelerator, on_step: Callab
     world, rank, main = accelerator.num_processes, accelerator.process_index, accelerator.is_main_process
     if main:
         (out / "rollouts").mkdir(exist_ok=True)
-    torch.manual_seed(config["seed"])
-    ckpt = resolve(config["model"])
+    torch.manual_seed(config.seed)
+    ckpt = resolve(config.model)
     tokenizer = AutoTokenizer.from_pretrained(ckpt.location)
-    policy = learner(config, resume_from(out, start, ckpt, ""), accelerator)
+    policy = learner(config, resume_from(out, start, ckpt, ""), accelerator, config.steps)
+    reference = reference_model(config, ckpt.location, accelerator)
     check_space(accelerator, {"": policy}, out)
     if start:
         restore(accelerator, out / f"checkpoint-{start}")
     if main:
         keep_rows_before(out / "metrics.jsonl", start)
 
-    questions = load_train_set(config["train_set"], sources=tuple(config["sources"]))
-    random.Random(config["seed"]).shuffle(questions)
-    retriever = retriever_for(config["retriever"])
-    knobs = Knobs(**config["knobs"])
+    questions = load_train_set(config.train_set, sources=config.sources)
+    random.Random(config.seed).shuffle(questions)
+    retriever = retriever_for(config.retriever)
     tokens = PromptTokens(tokenizer)
     last = out / f"checkpoint-{start}"
-    for step in range(start, config["steps"]):
+    m = config.samples_per_prompt
+    for step in range(start, config.steps):
         began = time.time()
-        picked = [questions[(step * config["prompts_per_step"] + i) % len(questions)] for i in range(config["prompts_per_step"])]
+        picked = [questions[(step * config.prompts_per_step + i) % len(questions)] for i in range(config.prompts_per_step)]
         engine = sampler(accelerator, policy, tokens, ckpt, config, step + 1, f"policy-{rank}")
         group = [
-            Question(f"{q.id}#{k}", q.source, q.question, tuple(q.golden_answers))
-            for q in picked[rank::world]
-            for k in range(config["samples_per_prompt"])
+            Question(f"{q.id}#{k}", q.source, q.question, tuple(q.golden_answers)) for q in picked[rank::world] for k in range(m)
         ]  # each process its share of prompts
-        trajectories = run_batch(group, engine, retriever, knobs)
-        rewards = [
-            reward(
-                config["reward"]["kind"],
-                t.prediction,
-                list(t.question.golden_answers),
-                t.turns,
-                **{k: v for k, v in config["reward"].items() if k != "kind"},
-            )
-            for t in trajectories
-        ]
-        episodes = [
-            encode_episode(tokens, t.prompt, t.turns, r, i // config["samples_per_prompt"])
-            for i, (t, r) in enumerate(zip(trajectories, rewards))
-        ]
+        trajectories = run_batch(group, engine, retriever, config.knobs)
+        rewards = [config.reward.of(t.prediction, list(t.question.golden_answers), t.turns) for t in trajectories]
+        episodes = [encode_episode(tokens, t.prompt, t.turns, r, i // m) for i, (t, r) in enumerate(zip(trajectories, rewards))]
         rolled = time.time()
-        loss, grad_norm = update(policy, accelerator, episodes, config, tokenizer.pad_token_id or 0)
+        stats = update(policy, accelerator, episodes, config, tokenizer.pad_token_id or 0, reference)
         updated = time.time()
         row = _metrics(
-            step + 1, episodes, trajectories, rewards, loss, grad_norm, rolled - began, updated - rolled, policy.scheduler.get_last_lr()[0]
+            step + 1, episodes, trajectories, rewards, stats, rolled - began, updated - rolled, policy.scheduler.get_last_lr()[0]
         )
         row = _mean_over_processes(accelerator, row)
         rows = gather_object(_rollout_rows(trajectories, rewards))
         if main:
             write_jsonl(out / "rollouts" / f"step-{step + 1}.jsonl", rows)
             append_row(out / "metrics.jsonl", row)
-        if (step + 1) % config["save_every"] == 0 or step + 1 == config["steps"]:
-            last = save(accelerator, {"": policy}, tokenizer, out, step + 1, {"config": config})
+        if (step + 1) % config.save_every == 0 or step + 1 == config.steps:
+            last = save(accelerator, {"": policy}, tokenizer, out, step + 1, {"config": to_json(config)})
             if main:
                 plot_curves(out / "metrics.jsonl", out / "curves.png")
         if main:
@@ -195,13 +184,12 @@ def _search_r1(config: dict, out: Path, start: int, accelerator, on_step: Callab
     return last
 
 
-def _metrics(step, episodes, trajectories, rewards, loss, grad_norm, rollout_s, update_s, lr) -> dict:
+def _metrics(step, episodes, trajectories, rewards, stats: UpdateStats, rollout_s, update_s, lr) -> dict:
     n = len(trajectories)
     return {
         "step": step,
         "reward": sum(rewards) / n,
-        "loss": loss,
-        "grad_norm": grad_norm,
+        **stats.metrics(),
         "learning_rate": lr,
         "response_tokens": sum(sum(e.trained) for e in episodes) / n,
         "searches_per_rollout": sum(t["action"] == "search" for tr in trajectories for t in tr.turns) / n,
@@ -235,15 +223,15 @@ def _mean_over_processes(accelerator, row: dict) -> dict:
     return {"step": row["step"], **dict(zip(keys, means))}
 
 
-def _save_base(config: dict, out: Path) -> Path:
+def _save_base(config: BaseConfig, out: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    ckpt = resolve(config["model"])
+    ckpt = resolve(config.model)
     final, tmp = out / "checkpoint-0", out / ".checkpoint-0.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     AutoModelForCausalLM.from_pretrained(ckpt.location, dtype=torch.float32).save_pretrained(tmp, safe_serialization=True)
     AutoTokenizer.from_pretrained(ckpt.location).save_pretrained(tmp)
-    write_atomic(tmp / TRAIN_RECORD, dumps({"step": 0, "config": config, "weights_from": ckpt.describe()}) + "\n")
+    write_atomic(tmp / TRAIN_RECORD, dumps({"step": 0, "config": to_json(config), "weights_from": ckpt.describe()}) + "\n")
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     return final

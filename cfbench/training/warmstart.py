@@ -17,6 +17,7 @@ Run directory:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -35,6 +36,8 @@ from cfbench.harness.checkpoints import adapter_hash, resolve
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.paths import TASKS_DIR
 from cfbench.harness.runrecord import dumps, write_atomic
+from cfbench.training.config.classes import WarmStartConfig
+from cfbench.training.config.schema import to_json
 from cfbench.training.core.data import bundled_train_sets
 from cfbench.training.core.episodes import Episode, encode_episode
 from cfbench.training.core.learner import append_row, checkpoints
@@ -113,69 +116,69 @@ def sft_dataset(episodes: list[Episode]):
     return Dataset.from_dict({"input_ids": [e.ids for e in episodes], "completion_mask": [e.trained for e in episodes]})
 
 
-def sft_arguments(config: dict, out: Path):
+def sft_arguments(config: WarmStartConfig, out: Path):
     from trl import SFTConfig
 
     return SFTConfig(
         output_dir=str(out),
-        seed=config["seed"],
-        data_seed=config["seed"],
+        seed=config.seed,
+        data_seed=config.seed,
         full_determinism=True,
         use_cpu=not torch.cuda.is_available(),
-        bf16=config["bf16"],
-        num_train_epochs=config["epochs"],
-        per_device_train_batch_size=config["batch_size"],
-        gradient_accumulation_steps=config["grad_accumulation"],
-        learning_rate=config["learning_rate"],
-        lr_scheduler_type=config["lr_scheduler"],
-        warmup_steps=config["warmup_steps"],
-        weight_decay=config["weight_decay"],
-        max_grad_norm=config["max_grad_norm"],
+        bf16=config.bf16,
+        num_train_epochs=config.epochs,
+        per_device_train_batch_size=config.batch_size,
+        gradient_accumulation_steps=config.grad_accumulation,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type=config.lr_scheduler,
+        warmup_steps=config.warmup_steps,
+        weight_decay=config.weight_decay,
+        max_grad_norm=config.max_grad_norm,
         optim="adamw_torch",
-        max_length=config["max_length"],
+        max_length=config.max_length,
         completion_only_loss=True,
-        activation_checkpointing=config["gradient_checkpointing"],
+        activation_checkpointing=config.gradient_checkpointing,
         logging_steps=1,
         save_strategy="steps",
-        save_steps=config["save_every"],
+        save_steps=config.save_every,
         save_total_limit=1,
         report_to="none",
     )
 
 
-def warm_start(config: dict, out: Path, *, resume: bool = False, command: str = "") -> Path:
+def warm_start(config: WarmStartConfig, out: Path, *, resume: bool = False, command: str = "") -> Path:
     """Train (or finish) the adapter into `out`; returns out/adapter, which holds the adapter and its manifest."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer, enable_full_determinism
     from trl import SFTTrainer
 
     began = time.time()
-    if config["bf16"] and not torch.cuda.is_available():
+    if config.bf16 and not torch.cuda.is_available():
         raise CfbenchError("knob bf16 is true and no GPU is visible: this scale runs on GPUs (the CPU scales train in float32)")
-    data, where = read_data(config["data"])
-    config = {**config, "data_sha256": jsonl.sha256(data)}  # a resume refuses changed data like any changed knob
+    data, where = read_data(config.data)
+    config = dataclasses.replace(config, data_sha256=jsonl.sha256(data))  # a resume refuses changed data like any changed knob
     check_config(config, out, resume)
-    picked = select(parse_rows(data, where), config["mix"], config["seed"], where)
-    ckpt = resolve(config["model"])
+    picked = select(parse_rows(data, where), config.mix.counts(), config.seed, where)
+    ckpt = resolve(config.model)
     tokenizer = AutoTokenizer.from_pretrained(ckpt.location)
     episodes = encode(picked, PromptTokens(tokenizer))
     dataset = sft_dataset(episodes)
     out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / "config.json", dumps(config) + "\n")
+    write_atomic(out / "config.json", dumps(to_json(config)) + "\n")
     start = _last_complete_checkpoint(out) if resume else None
 
     deterministic = torch.are_deterministic_algorithms_enabled()
-    enable_full_determinism(config["seed"])  # seeds before the LoRA matrices are drawn, and deterministic kernels
+    enable_full_determinism(config.seed)  # seeds before the LoRA matrices are drawn, and deterministic kernels
     try:
-        lora = config["lora"]
+        lora = config.lora
         model = get_peft_model(
             AutoModelForCausalLM.from_pretrained(ckpt.location, dtype=torch.float32),
             LoraConfig(
                 task_type="CAUSAL_LM",
-                r=lora["r"],
-                lora_alpha=lora["alpha"],
-                lora_dropout=lora["dropout"],
-                target_modules=lora["target_modules"],
+                r=lora.r,
+                lora_alpha=lora.alpha,
+                lora_dropout=lora.dropout,
+                target_modules=list(lora.target_modules),
             ),
         )
         trainer = SFTTrainer(model=model, args=sft_arguments(config, out), train_dataset=dataset, processing_class=tokenizer)
@@ -197,7 +200,7 @@ def warm_start(config: dict, out: Path, *, resume: bool = False, command: str = 
         },
     )
     with tempfile.TemporaryDirectory(dir=out) as scratch:
-        adapter = _save_adapter(model, config["model"], Path(scratch))
+        adapter = _save_adapter(model, config.model, Path(scratch))
         write_atomic(
             adapter / MANIFEST,
             json.dumps(_manifest(config, out, ckpt, picked, episodes, trainer, adapter), indent=2, sort_keys=True) + "\n",
@@ -238,20 +241,20 @@ def _last_complete_checkpoint(out: Path) -> Path | None:
     return done[-1][1] if done else None
 
 
-def _manifest(config: dict, out: Path, ckpt, picked: list[dict], episodes: list[Episode], trainer, adapter: Path) -> dict:
+def _manifest(config: WarmStartConfig, out: Path, ckpt, picked: list[dict], episodes: list[Episode], trainer, adapter: Path) -> dict:
     segments = [json.loads(line) for line in (out / "segments.jsonl").read_text().splitlines() if line.strip()]
     losses = [row["loss"] for row in trainer.state.log_history if "loss" in row]
     return {
-        "base_model": config["model"],
+        "base_model": config.model,
         "base_weights_sha256": ckpt.weights_sha256,
-        "data": config["data"],
-        "data_sha256": config["data_sha256"],
+        "data": config.data,
+        "data_sha256": config.data_sha256,
         "examples": len(picked),
         "examples_per_kind": dict(sorted(Counter(row["kind"] for row in picked).items())),
         "tokens": sum(len(e.ids) for e in episodes),
         "trained_tokens": sum(sum(e.trained) for e in episodes),
-        "config": config,
-        "seed": config["seed"],
+        "config": to_json(config),
+        "seed": config.seed,
         "command": segments[-1]["command"],
         "steps": trainer.state.global_step,
         "final_loss": losses[-1] if losses else None,

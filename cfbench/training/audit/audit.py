@@ -22,7 +22,6 @@ and the judge's cache. A rerun answers every judge call from the cache.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,6 +29,8 @@ from cfbench.harness import jsonl
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.runrecord import dumps, write_atomic
 from cfbench.training.audit.judge import Verdict
+from cfbench.training.config.classes import SelfEvolutionConfig, TrainingConfig, read_run_config
+from cfbench.training.config.schema import to_json
 from cfbench.training.core.answers import MATCHER, matches
 
 AUDIT_VERSION = 2
@@ -37,27 +38,23 @@ RATES = ("T_P", "T_S", "A", "F", "L")
 CACHE_FILE = "judge-cache.jsonl"
 
 
-def treatment_label(config: dict) -> str:
-    label = config["treatment"]
-    if config.get("control", "none") != "none":
-        label += f" ({config['control']})"
-    if config.get("aux_budget", "full") != "full":
-        label += f" ({config['aux_budget']} aux budget)"
+def treatment_label(config: TrainingConfig) -> str:
+    label = config.treatment
+    if isinstance(config, SelfEvolutionConfig) and config.control != "none":
+        label += f" ({config.control})"
+    if isinstance(config, SelfEvolutionConfig) and config.aux_budget != "full":
+        label += f" ({config.aux_budget} aux budget)"
     return label
 
 
-def run_config(run: Path) -> dict:
+def run_config(run: Path) -> TrainingConfig:
     path = run / "config.json"
     if not path.is_file():
         raise CfbenchError(f"{run}: no config.json; pass the directory of a `cfbench train` self-evolution run")
-    try:
-        config = json.loads(path.read_text())
-        treatment = config["treatment"]
-    except (json.JSONDecodeError, KeyError, TypeError):
-        raise CfbenchError(f"{path}: not a training config (no JSON object with a treatment); pass a `cfbench train` run") from None
+    config = read_run_config(path)
     if not (run / "audit").is_dir():
         raise CfbenchError(
-            f"{run}: a {treatment!r} run has no audit/ records; only the self-evolution treatments "
+            f"{run}: a {config.treatment!r} run has no audit/ records; only the self-evolution treatments "
             "(dr-zero, msv, crossfit, msv-crossfit) are audited"
         )
     if not (run / "metrics.jsonl").is_file():
@@ -219,9 +216,9 @@ def audit_run(run: Path, judge, out: Path, on_step: Callable[[int], None] = lamb
     record = {
         "audit_version": AUDIT_VERSION,
         "run": str(run.resolve()),
-        "treatment": config["treatment"],
+        "treatment": config.treatment,
         "label": treatment_label(config),
-        "config": config,
+        "config": to_json(config),
         "judge": judge.describe(),
         "matcher": MATCHER,
         "judge_requests": {"needed": judge.needed, "sent": judge.sent},

@@ -34,8 +34,8 @@ import torch
 
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import dumps, jsonl_text, write_atomic
-from cfbench.harness.protocol import Knobs
 from cfbench.training.audit.audit import RATES, judge_rows, out_dir, rates, run_config, saved_steps
+from cfbench.training.config.classes import SelfEvolutionConfig
 from cfbench.training.selfevolve import crossfit
 from cfbench.training.selfevolve.sources import FOLDS_FILE, Task, fold_of
 
@@ -164,7 +164,7 @@ def table(summary: dict) -> str:
 
 
 def feedback(
-    run: Path, config: dict, bank: list[dict], folds: dict[str, int], variant: str, epochs: int
+    run: Path, config: SelfEvolutionConfig, bank: list[dict], folds: dict[str, int], variant: str, epochs: int
 ) -> tuple[list[dict], dict[str, int]]:
     """Train the variant's feedback solvers on the bank, then score it: audit-style rows and updates per solver.
 
@@ -176,7 +176,8 @@ def feedback(
     from cfbench.harness.backends.tokens import PromptTokens
     from cfbench.harness.checkpoints import resolve
     from cfbench.harness.retrievers.choose import retriever_for
-    from cfbench.training.core.learner import TRAIN_RECORD, checkpoints, learner, sampler, update
+    from cfbench.training.core.learner import TRAIN_RECORD, checkpoints, learner, sampler
+    from cfbench.training.core.policy_update import reference_model, update
     from cfbench.training.selfevolve.run import corpus_path, solver_answers, solver_episodes
 
     control, budget = VARIANTS[variant]
@@ -186,27 +187,29 @@ def feedback(
     fold = {t.id: crossfit.fold(t, {t.source_id: int(folds.get(t.source_id, fold_of(t.source_id)))}, control) for t in tasks}
     names = ["main"] if budget == "none" else crossfit.solvers(True, control)[1:]  # the feedback solvers
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
-    torch.manual_seed(config["seed"])
-    ckpt = resolve(config["model"])
+    torch.manual_seed(config.seed)
+    ckpt = resolve(config.model)
     tokenizer = AutoTokenizer.from_pretrained(ckpt.location)
     tokens = PromptTokens(tokenizer)
+    size = config.prompts_per_step
+    batches = [tasks[i : i + size] for i in range(0, len(tasks), size)]
     if budget == "none":  # coupled: the run's main solver as it ended, with what it had trained on
         if not checkpoints(run):
             raise CfbenchError(f"{run}: --feedback coupled scores with the run's main solver, but the run has no checkpoint-N yet")
         latest = checkpoints(run)[-1][1]
-        roles = {"main": learner(config, latest, accelerator)}
+        roles = {"main": learner(config, latest, accelerator, epochs * len(batches))}
         provenance = crossfit.Provenance(names, json.loads((latest / TRAIN_RECORD).read_text())["provenance"])
     else:
-        roles = {name: learner(config, ckpt.location, accelerator) for name in names}
+        roles = {name: learner(config, ckpt.location, accelerator, epochs * len(batches)) for name in names}
         provenance = crossfit.Provenance(names)
-    retriever = retriever_for(config["retriever"], None if config["corpus"] == "bundled" else corpus_path(config))
-    knobs, m, size = Knobs(**config["knobs"]), config["samples_per_prompt"], config["prompts_per_step"]
+    retriever = retriever_for(config.retriever, None if config.corpus == "bundled" else corpus_path(config))
+    knobs, m = config.knobs, config.samples_per_prompt
+    reference = reference_model(config, ckpt.location, accelerator)
 
     def answers(name: str, mine: list[Task], step: int, stream: str):
         engine = sampler(accelerator, roles[name], tokens, ckpt, config, step, stream)
         return solver_answers([(t.id, questions[t.id], labels[t.id]) for t in mine], engine, retriever, knobs, m, name)
 
-    batches = [tasks[i : i + size] for i in range(0, len(tasks), size)]
     updates = dict.fromkeys(names, 0)
     for step, (epoch, index, batch) in enumerate(((e, i, b) for e in range(epochs) for i, b in enumerate(batches)), start=1):
         if budget == "none" or not crossfit.aux_updates_now(budget, index + epoch):
@@ -216,7 +219,7 @@ def feedback(
             if mine:
                 samples = answers(name, mine, step, f"replay-{name}")
                 episodes = solver_episodes(tokens, config, [(s, labels[t.id]) for t, s in zip(mine, samples)])
-                update(roles[name], accelerator, episodes, config, tokenizer.pad_token_id or 0)
+                update(roles[name], accelerator, episodes, config, tokenizer.pad_token_id or 0, reference)
                 updates[name] += 1
                 for t in mine:
                     provenance.add(name, fold[t.id], t.source_id)

@@ -1,7 +1,8 @@
 """What every trained role shares: its model + optimizer + scheduler, sampled rollouts, the update, checkpoints.
 
 A role (the Search-R1 policy; Dr. Zero's proposer, main solver and auxiliary solvers) is a copy of
-the starting model prepared by accelerate with its own AdamW and constant-with-warmup schedule.
+the starting model prepared by accelerate with its own AdamW and constant-with-warmup schedule
+(training/core/policy_update.py updates it).
 `save` writes checkpoint-N atomically: the main policy as a plain HF model at the top (what `cfbench
 eval --ckpt` scores), other roles as HF models in sub-directories, and accelerate's state of every
 role (optimizer, scheduler, RNG) in state/ for --resume. The weights are stored once, as the HF
@@ -19,6 +20,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from accelerate.utils import broadcast_object_list
@@ -27,8 +29,9 @@ from cfbench.harness.backends.hf import HFBackend
 from cfbench.harness.checkpoints import ResolvedCheckpoint
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import append_jsonl, dumps, write_atomic
-from cfbench.training.core.episodes import Episode, collate
-from cfbench.training.core.objective import group_advantages, policy_loss, token_logprobs
+
+if TYPE_CHECKING:
+    from cfbench.training.config.classes import RLConfig
 
 TRAIN_RECORD = "cfbench_train.json"
 
@@ -40,43 +43,22 @@ class Learner:
     scheduler: object
 
 
-def learner(config: dict, weights: str | Path, accelerator) -> Learner:
-    """A role whose model starts from the HF model at `weights` (a directory or hub id)."""
+def learner(config: RLConfig, weights: str | Path, accelerator, updates: int) -> Learner:
+    """A role whose model starts from the HF model at `weights` (a directory or hub id) and takes `updates`
+    schedule steps in the whole run (its warmup may be a share of them: RLConfig.warmup)."""
     from transformers import AutoModelForCausalLM, get_constant_schedule_with_warmup
 
     model = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config["learning_rate"], weight_decay=config["weight_decay"])
-    scheduler = get_constant_schedule_with_warmup(optimizer, config["warmup_steps"])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
+    scheduler = get_constant_schedule_with_warmup(optimizer, config.warmup(updates))
     return Learner(*accelerator.prepare(model, optimizer, scheduler))
 
 
-def sampler(accelerator, role: Learner, tokens, ckpt, config: dict, step: int, stream: str) -> HFBackend:
+def sampler(accelerator, role: Learner, tokens, ckpt, config: RLConfig, step: int, stream: str) -> HFBackend:
     """An hf engine sampling from the role's current weights; its seed depends only on (seed, step, stream)."""
-    seed = int.from_bytes(hashlib.sha256(f"{config['seed']}:{step}:{stream}".encode()).digest()[:8], "big")
+    seed = int.from_bytes(hashlib.sha256(f"{config.seed}:{step}:{stream}".encode()).digest()[:8], "big")
     role.model.eval()
-    return HFBackend(accelerator.unwrap_model(role.model), tokens, ckpt=ckpt, dtype="float32", temperature=config["temperature"], seed=seed)
-
-
-def update(role: Learner, accelerator, episodes: list[Episode], config: dict, pad_id: int) -> tuple[float, float]:
-    """One policy-gradient step over all episodes, in micro-batches whose losses sum to the full objective."""
-    model, optimizer, scheduler = role.model, role.optimizer, role.scheduler
-    model.train()
-    advantages = group_advantages(torch.tensor([e.reward for e in episodes]), [e.group for e in episodes])
-    total = 0.0
-    for first in range(0, len(episodes), config["micro_batch"]):
-        chunk = episodes[first : first + config["micro_batch"]]
-        ids, attention, trained = collate(chunk, pad_id)
-        logprobs = token_logprobs(model, ids.to(accelerator.device), attention.to(accelerator.device))
-        loss = policy_loss(
-            logprobs, trained.to(accelerator.device), advantages[first : first + len(chunk)].to(accelerator.device), episodes=len(episodes)
-        )
-        accelerator.backward(loss)
-        total += loss.item()
-    grad_norm = accelerator.clip_grad_norm_(model.parameters(), config["max_grad_norm"])
-    optimizer.step()
-    scheduler.step()
-    optimizer.zero_grad()
-    return total, float(grad_norm)
+    return HFBackend(accelerator.unwrap_model(role.model), tokens, ckpt=ckpt, dtype="float32", temperature=config.temperature, seed=seed)
 
 
 def checkpoints(out: Path) -> list[tuple[int, Path]]:

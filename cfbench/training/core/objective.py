@@ -4,8 +4,9 @@
     A_e = (r_e - mean_g(e)) / (std_g(e) + 1e-6)
 
 T_e is the set of the episode's trained tokens: the model's own text. Retrieved `<information>`
-passages and the loop's invalid-action notes are masked out, so they get no gradient. A single
-update per rollout batch is taken, so no importance ratio or clipping appears.
+passages and the loop's invalid-action notes are masked out, so they get no gradient. That is the
+whole objective with a config's default recipe terms (one update per batch, no KL); `recipe_loss`
+adds Search-R1's terms when a config's `objective` section sets them (training/core/policy_update.py).
 """
 
 from __future__ import annotations
@@ -46,8 +47,7 @@ def policy_loss(logprobs: torch.Tensor, trained: torch.Tensor, advantages: torch
 
 
 # Recipe terms of Search-R1's train_grpo.sh (verl): KL to a frozen reference and PPO's clipped ratio.
-# Not wired into the trainer yet (docs/training-at-scale.md lists what remains); with kl_coef = 0 and no
-# old log-probs, recipe_loss is policy_loss above, so the study's default objective is unchanged.
+# With kl_coef = 0 and no old log-probs, recipe_loss is policy_loss above.
 
 KL_TYPES = ("kl", "low_var_kl")
 

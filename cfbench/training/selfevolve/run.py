@@ -28,6 +28,7 @@ Run directory, beside the training core's config.json, metrics.jsonl, curves.png
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -44,6 +45,8 @@ from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import write_jsonl
 from cfbench.harness.protocol import Knobs, user_prompt
 from cfbench.harness.suite import Question
+from cfbench.training.config.classes import RLConfig, SelfEvolutionConfig
+from cfbench.training.config.schema import to_json
 from cfbench.training.core.answers import MATCHER, matches
 from cfbench.training.core.episodes import encode_episode
 from cfbench.training.core.learner import (
@@ -56,24 +59,23 @@ from cfbench.training.core.learner import (
     resume_from,
     sampler,
     save,
-    update,
 )
 from cfbench.training.core.plots import SELF_EVOLUTION_PANELS, plot_curves
-from cfbench.training.core.rewards import reward
+from cfbench.training.core.policy_update import reference_model, update
 from cfbench.training.selfevolve import crossfit, msv, proposer
 from cfbench.training.selfevolve.sources import Task, corpus_path, pool_folds, source_pool, tasks_for_step
 
 ProposerEngine = Callable[[int], Backend]  # step -> engine; only tests replace the proposer's own sampler
 
 
-def schedule(config: dict, step: int) -> tuple[int, str, int]:
+def schedule(config: SelfEvolutionConfig, step: int) -> tuple[int, str, int]:
     """(round, phase, index within the phase) of 1-based `step`."""
-    r, i = divmod(step - 1, config["proposer_steps"] + config["solver_steps"])
-    return (r + 1, "proposer", i) if i < config["proposer_steps"] else (r + 1, "solver", i - config["proposer_steps"])
+    r, i = divmod(step - 1, config.proposer_steps + config.solver_steps)
+    return (r + 1, "proposer", i) if i < config.proposer_steps else (r + 1, "solver", i - config.proposer_steps)
 
 
 def self_evolve(
-    config: dict,
+    config: SelfEvolutionConfig,
     out: Path,
     start: int,
     resume: bool,
@@ -88,18 +90,19 @@ def self_evolve(
     from cfbench.harness.retrievers.choose import retriever_for
 
     corpus = load_corpus(corpus_path(config))
-    pool = source_pool(corpus, config["source_pool"], config["seed"])
-    folds = pool_folds(corpus, pool, out, resume, (config["proposer_steps"] + config["solver_steps"]) * config["prompts_per_step"])
+    pool = source_pool(corpus, config.source_pool, config.seed)
+    folds = pool_folds(corpus, pool, out, resume, (config.proposer_steps + config.solver_steps) * config.prompts_per_step)
     (out / "audit").mkdir(exist_ok=True)
-    torch.manual_seed(config["seed"])
-    ckpt = resolve(config["model"])
+    torch.manual_seed(config.seed)
+    ckpt = resolve(config.model)
     tokenizer = AutoTokenizer.from_pretrained(ckpt.location)
     tokens = PromptTokens(tokenizer)
-    solver_names = crossfit.solvers(config["crossfit"], config["control"])
+    solver_names = crossfit.solvers(config.crossfit, config.control)
     roles = {
-        name: learner(config, resume_from(out, start, ckpt, "" if name == "main" else name), accelerator)
+        name: learner(config, resume_from(out, start, ckpt, "" if name == "main" else name), accelerator, config.updates_of(name))
         for name in ["main", "proposer", *solver_names[1:]]
     }
+    reference = reference_model(config, ckpt.location, accelerator)  # every role starts from the same weights
     check_space(accelerator, roles, out)
     provenance = crossfit.Provenance([*solver_names, "proposer"])  # the proposer's too: it writes the labels of Dr. Zero and CrossFit
     if start:
@@ -110,29 +113,31 @@ def self_evolve(
     for stale in (out / "audit").glob("step-*.jsonl"):
         if int(stale.stem.split("-")[1]) > start:
             stale.unlink()
-    retriever = retriever_for(config["retriever"], None if config["corpus"] == "bundled" else corpus_path(config))
+    retriever = retriever_for(config.retriever, None if config.corpus == "bundled" else corpus_path(config))
     loop = _Loop(config, tokens, retriever, provenance, dict(zip(corpus.ids, corpus.contents)))
     device = torch.cuda.get_device_name(accelerator.device) if accelerator.device.type == "cuda" else accelerator.device.type
 
     last = out / f"checkpoint-{start}"
-    for step in range(start + 1, config["steps"] + 1):
+    for step in range(start + 1, config.steps + 1):
         began = time.time()
         engines = {name: sampler(accelerator, roles[name], tokens, ckpt, config, step, name) for name in solver_names}
         engines["proposer"] = (proposer_engine or (lambda s: sampler(accelerator, roles["proposer"], tokens, ckpt, config, s, "proposer")))(
             step
         )
         state = loop.rollouts(
-            step, tasks_for_step(corpus, pool, step, config["prompts_per_step"], config["seed"], config["hop_weights"]), folds, engines
+            step, tasks_for_step(corpus, pool, step, config.prompts_per_step, config.seed, config.hop_weights), folds, engines
         )
         rolled = time.time()
         losses = loop.updates(
-            state, engines, lambda name, episodes: update(roles[name], accelerator, episodes, config, tokenizer.pad_token_id or 0)[0]
+            state,
+            engines,
+            lambda name, episodes: update(roles[name], accelerator, episodes, config, tokenizer.pad_token_id or 0, reference).loss,
         )
         updated = time.time()
         write_jsonl(out / "audit" / f"step-{step}.jsonl", state.audit_rows())
         row = state.metrics(losses, rolled - began, updated - rolled, device)
         append_row(out / "metrics.jsonl", row)
-        if step % config["save_every"] == 0 or step == config["steps"]:
+        if step % config.save_every == 0 or step == config.steps:
             named = {("" if name == "main" else name): role for name, role in roles.items()}
             last = save(
                 accelerator,
@@ -140,7 +145,7 @@ def self_evolve(
                 tokenizer,
                 out,
                 step,
-                {"config": config, "provenance": provenance.to_json(), "corpus_sha256": corpus.sha256, "matcher": MATCHER},
+                {"config": to_json(config), "provenance": provenance.to_json(), "corpus_sha256": corpus.sha256, "matcher": MATCHER},
             )
             plot_curves(out / "metrics.jsonl", out / "curves.png", SELF_EVOLUTION_PANELS)
         on_step(row)
@@ -156,11 +161,10 @@ def solver_answers(
     return [trajs[i * m : (i + 1) * m] for i in range(len(items))]
 
 
-def solver_episodes(tokens: PromptTokens, config: dict, groups: list[tuple[list[Trajectory], str]]) -> list:
+def solver_episodes(tokens: PromptTokens, config: RLConfig, groups: list[tuple[list[Trajectory], str]]) -> list:
     """GRPO episodes of a solver's answers, one group per question, rewarded by matching its adopted label."""
-    kind, weights = config["reward"]["kind"], {k: v for k, v in config["reward"].items() if k != "kind"}
     return [
-        encode_episode(tokens, tr.prompt, tr.turns, reward(kind, tr.prediction, [label], tr.turns, **weights), group)
+        encode_episode(tokens, tr.prompt, tr.turns, config.reward.of(tr.prediction, [label], tr.turns), group)
         for group, (trajs, label) in enumerate(groups)
         for tr in trajs
     ]
@@ -264,18 +268,20 @@ class _Step:
 
 
 class _Loop:
-    def __init__(self, config: dict, tokens: PromptTokens, retriever, provenance: crossfit.Provenance, texts: dict[str, str]) -> None:
+    def __init__(
+        self, config: SelfEvolutionConfig, tokens: PromptTokens, retriever, provenance: crossfit.Provenance, texts: dict[str, str]
+    ) -> None:
         self.config, self.tokens, self.retriever, self.provenance = config, tokens, retriever, provenance
         self.texts = texts  # passage id -> contents: the judge reads the proposer's evidence in full, not as truncated in its context
-        self.knobs = Knobs(**config["knobs"])
-        self.m = config["samples_per_prompt"]
+        self.knobs = config.knobs
+        self.m = config.samples_per_prompt
 
     def rollouts(self, step: int, tasks: list[Task], folds: dict[str, int], engines: dict[str, Backend]) -> _Step:
         c = self.config
         s = _Step(step, *schedule(c, step), tasks, self.texts)
         for hops in sorted({t.hops for t in tasks}):  # the proposer's search budget is its task's n-1
             group = [t for t in tasks if t.hops == hops]
-            budget = Knobs(**{**c["knobs"], "max_searches": hops - 1})
+            budget = dataclasses.replace(c.knobs, max_searches=hops - 1)
             trajs = run_batch(
                 [Question(t.id, "proposer", "", ()) for t in group],
                 engines["proposer"],
@@ -287,21 +293,21 @@ class _Loop:
         s.response_tokens = [self._spent(s, [s.drafts[t.id]]) for t in tasks]
         for t in tasks:
             s.proposals[t.id] = proposer.parse(s.drafts[t.id].turns, t.hops)
-            s.formats[t.id] = proposer.format_score(c["proposer_format"], s.drafts[t.id].turns, s.proposals[t.id])
-            s.folds[t.id] = crossfit.fold(t, folds, c["control"])
+            s.formats[t.id] = proposer.format_score(c.proposer_format, s.drafts[t.id].turns, s.proposals[t.id])
+            s.folds[t.id] = crossfit.fold(t, folds, c.control)
         candidates = [t for t in tasks if not s.proposals[t.id].error]
-        if c["msv"]:
+        if c.msv:
             self._verify(s, candidates, engines["main"])
         else:
             s.labels.update((t.id, s.proposals[t.id].answer) for t in candidates)
         by_scorer: dict[str, list[Task]] = {}
-        labeller = "main" if c["msv"] else "proposer"  # MSV adopts the main solver's source-aware majority
+        labeller = "main" if c.msv else "proposer"  # MSV adopts the main solver's source-aware majority
         for t in s.admitted:
             s.label_provenance[t.id] = {
                 "model": labeller,
                 "trained_on_this_source": self.provenance.of(labeller, t.source_id)["trained_on_this_source"],
             }
-            s.scorers[t.id] = crossfit.scorer(s.folds[t.id], c["crossfit"], c["control"])
+            s.scorers[t.id] = crossfit.scorer(s.folds[t.id], c.crossfit, c.control)
             s.scorer_provenance[t.id] = self.provenance.of(s.scorers[t.id], t.source_id)
             by_scorer.setdefault(s.scorers[t.id], []).append(t)
         for name, group in by_scorer.items():
@@ -310,7 +316,7 @@ class _Loop:
             k = None
             if t.id in s.labels:
                 k = s.k[t.id] = sum(matches(r.prediction, s.labels[t.id]) for r in s.responses[t.id])
-            s.rewards[t.id] = proposer.reward(c["format_weight"], s.formats[t.id], k, self.m)
+            s.rewards[t.id] = proposer.reward(c.format_weight, s.formats[t.id], k, self.m)
         return s
 
     def _verify(self, s: _Step, candidates: list[Task], engine: Backend) -> None:
@@ -352,10 +358,10 @@ class _Loop:
             for t in s.tasks:
                 self.provenance.add("proposer", s.folds[t.id], t.source_id)
             return losses
-        for name in crossfit.solvers(c["crossfit"], c["control"]):
-            if name != "main" and not crossfit.aux_updates_now(c["aux_budget"], s.index):
+        for name in crossfit.solvers(c.crossfit, c.control):
+            if name != "main" and not crossfit.aux_updates_now(c.aux_budget, s.index):
                 continue
-            mine = [t for t in s.admitted if name in crossfit.trainers(s.folds[t.id], c["crossfit"], c["control"])]
+            mine = [t for t in s.admitted if name in crossfit.trainers(s.folds[t.id], c.crossfit, c.control)]
             if not mine:
                 continue
             own = [t for t in mine if s.scorers[t.id] != name]

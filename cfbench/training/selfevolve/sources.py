@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cfbench.harness import jsonl
 from cfbench.harness.corpus import Corpus
@@ -32,6 +33,9 @@ from cfbench.harness.errors import CfbenchError
 from cfbench.harness.metrics import normalize
 from cfbench.harness.paths import BUNDLED_CORPUS, MANIFEST, TRAIN_SOURCES
 from cfbench.harness.runrecord import dumps, write_atomic
+
+if TYPE_CHECKING:
+    from cfbench.training.config.classes import SelfEvolutionConfig
 
 HOPS = (1, 2, 3, 4)
 FOLDS_FILE = "folds.json"
@@ -43,21 +47,21 @@ COMMON_SHINGLE = 50  # a shingle in more sources than this proposes no candidate
 CORPORA = {"train-sources": TRAIN_SOURCES, "bundled": BUNDLED_CORPUS}
 
 
-def corpus_path(config: dict) -> Path:
+def corpus_path(config: SelfEvolutionConfig) -> Path:
     """The source corpus a config names: `train-sources` (the default), `bundled`, or a file."""
-    return CORPORA.get(config["corpus"]) or Path(config["corpus"])
+    return CORPORA.get(config.corpus) or Path(config.corpus)
 
 
-def refuse_eval_corpus(config: dict) -> None:
+def refuse_eval_corpus(config: SelfEvolutionConfig) -> None:
     """Sources from the evaluation corpus (the bundled one, under any name) would train the solver on
     questions about the test evidence (docs/protocol.md §5): refused unless the run asks for it."""
     path = corpus_path(config)
-    if config.get("allow_eval_corpus") or path == TRAIN_SOURCES:  # the default is built disjoint (and tested so)
+    if config.allow_eval_corpus or path == TRAIN_SOURCES:  # the default is built disjoint (and tested so)
         return
     evaluation = json.loads(MANIFEST.read_text())["corpus"]["bundled"]["sha256"]
     if path.is_file() and jsonl.sha256(jsonl.read_bytes(path)) == evaluation:
         raise CfbenchError(
-            f"self-evolution sources {config['corpus']!r} are the evaluation corpus: the solver would train on questions "
+            f"self-evolution sources {config.corpus!r} are the evaluation corpus: the solver would train on questions "
             "about the test evidence; use the default train-sources corpus, or pass --allow-eval-corpus to study the leak"
         )
 
@@ -80,7 +84,7 @@ def source_pool(corpus: Corpus, size: int, seed: int) -> list[int]:
     return order[:size] if size else order
 
 
-def tasks_for_step(corpus: Corpus, pool: list[int], step: int, per_step: int, seed: int, hop_weights: list[int]) -> list[Task]:
+def tasks_for_step(corpus: Corpus, pool: list[int], step: int, per_step: int, seed: int, hop_weights: tuple[float, ...]) -> list[Task]:
     """The tasks of 1-based step `step`."""
     tasks = []
     for slot in range(per_step):

@@ -1,0 +1,127 @@
+"""A role's update on one step's rollouts: the objective of docs/protocol.md §5.1 with the config's recipe terms.
+
+config.objective (training/config/sections.py) sets them. With its defaults (kl_coef 0, one update
+per batch) the update is the plain objective in one optimizer step, as the cpu-smoke configs run.
+kl_coef > 0 adds the KL to `reference`, a frozen copy of the starting weights built once per run
+by `reference_model`. updates_per_batch N > 1 splits the rollouts into N mini-batches in order and
+takes an optimizer step on each, the policy term clipped on the ratio to the log-probs the policy
+gave the same tokens before the first step (the sampling policy: verl's old_log_prob). Advantages
+are computed once over the whole batch, and the learning-rate schedule steps once per batch, as
+verl's actor does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from cfbench.training.core.episodes import Episode, collate
+from cfbench.training.core.objective import group_advantages, kl_per_token, recipe_loss, token_logprobs
+
+
+@dataclass(frozen=True)
+class UpdateStats:
+    loss: float  # the objective, summed over micro-batches; the mean over the batch's optimizer steps
+    grad_norm: float  # before clipping; the mean over the optimizer steps
+    kl: float | None = None  # mean per-token KL to the reference over trained tokens (kl_coef > 0)
+    clipped: float | None = None  # share of trained tokens whose ratio was outside [1 - clip_eps, 1 + clip_eps] (updates_per_batch > 1)
+    ratio: float | None = None  # mean ratio pi / pi_old over the last mini-batch's trained tokens (updates_per_batch > 1)
+
+    def metrics(self) -> dict:
+        """The metrics.jsonl columns: loss and grad_norm, and each recipe term's statistic when it is on."""
+        extra = {"kl": self.kl, "clipped": self.clipped, "ratio": self.ratio}
+        return {"loss": self.loss, "grad_norm": self.grad_norm, **{k: v for k, v in extra.items() if v is not None}}
+
+
+def reference_model(config, location, accelerator):
+    """The frozen reference of the KL term (the starting weights at `location`), or None when kl_coef is 0."""
+    if not config.objective.kl_coef:
+        return None
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32).to(accelerator.device)
+    return model.eval().requires_grad_(False)
+
+
+def mini_batches(n: int, parts: int) -> list[range]:
+    """Episodes 0..n-1 cut in order into `parts` ranges whose sizes differ by at most one; empty ones left out."""
+    bounds = [n * i // parts for i in range(parts + 1)]
+    return [range(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def update(role, accelerator, episodes: list[Episode], config, pad_id: int, reference=None) -> UpdateStats:
+    """The step's update of `role` (a learner.Learner) on `episodes`, in micro-batches of config.micro_batch rows."""
+    model, objective, device = role.model, config.objective, accelerator.device
+    advantages = group_advantages(torch.tensor([e.reward for e in episodes]), [e.group for e in episodes]).to(device)
+    parts = [
+        [(first, min(first + config.micro_batch, part.stop)) for first in range(part.start, part.stop, config.micro_batch)]
+        for part in mini_batches(len(episodes), objective.updates_per_batch)
+    ]
+    rows = {span: [t.to(device) for t in collate(episodes[span[0] : span[1]], pad_id)] for part in parts for span in part}
+    old = _frozen_logprobs(model, rows) if len(parts) > 1 else {}
+    ref = _frozen_logprobs(reference, rows) if reference is not None else {}
+    model.train()
+    losses, norms, tally = [], [], _Tally()
+    for part in parts:
+        size, total = part[-1][1] - part[0][0], 0.0
+        for span in part:
+            ids, attention, trained = rows[span]
+            logprobs = token_logprobs(model, ids, attention)
+            loss = recipe_loss(
+                logprobs,
+                trained,
+                advantages[span[0] : span[1]],
+                episodes=size,
+                old_logprobs=old.get(span),
+                clip_eps=objective.clip_eps,
+                ref_logprobs=ref.get(span),
+                kl_type=objective.kl_type,
+                kl_coef=objective.kl_coef,
+            )
+            accelerator.backward(loss)
+            total += loss.item()
+            tally.add(logprobs.detach(), trained, old.get(span), ref.get(span), objective, last=part is parts[-1])
+        norms.append(float(accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)))
+        role.optimizer.step()
+        role.optimizer.zero_grad()
+        losses.append(total)
+    role.scheduler.step()
+    return UpdateStats(sum(losses) / len(losses), sum(norms) / len(norms), **tally.stats(bool(ref), bool(old)))
+
+
+@torch.no_grad()
+def _frozen_logprobs(model, rows: dict) -> dict:
+    """Each micro-batch's token log-probs under `model` as it is now, in eval mode (no dropout), without gradients."""
+    was_training = model.training
+    model.eval()
+    out = {span: token_logprobs(model, ids, attention) for span, (ids, attention, _) in rows.items()}
+    model.train(was_training)
+    return out
+
+
+class _Tally:
+    """Sums over trained tokens for UpdateStats' kl, clipped and ratio."""
+
+    def __init__(self) -> None:
+        self.tokens = self.kl = self.clipped = self.last_tokens = self.last_ratio = 0.0
+
+    def add(self, logprobs, trained, old, ref, objective, *, last: bool) -> None:
+        mask = trained.to(logprobs.dtype)
+        count = float(mask.sum())
+        self.tokens += count
+        if ref is not None:
+            self.kl += float((kl_per_token(logprobs, ref, objective.kl_type) * mask).sum())
+        if old is not None:
+            ratio = (logprobs - old).exp()
+            self.clipped += float((((ratio - 1).abs() > objective.clip_eps).to(mask.dtype) * mask).sum())
+            if last:
+                self.last_tokens += count
+                self.last_ratio += float((ratio * mask).sum())
+
+    def stats(self, with_kl: bool, with_ratio: bool) -> dict:
+        tokens = max(self.tokens, 1.0)
+        out = {"kl": self.kl / tokens} if with_kl else {}
+        if with_ratio:
+            out |= {"clipped": self.clipped / tokens, "ratio": self.last_ratio / max(self.last_tokens, 1.0)}
+        return out
