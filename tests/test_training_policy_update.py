@@ -1,0 +1,105 @@
+"""The learner's update with the config's recipe terms, on a real (tiny, random) Llama: KL to the frozen
+reference, N clipped updates per batch, and the warmup schedule, against values computed here by hand."""
+
+import math
+
+import pytest
+import torch
+from accelerate import Accelerator
+
+from cfbench.training.core.episodes import Episode, collate
+from cfbench.training.core.learner import learner
+from cfbench.training.core.objective import group_advantages, token_logprobs
+from cfbench.training.core.policy_update import mini_batches, reference_model, update
+from cfbench.training.treatments import load_config
+
+# two groups of two episodes: unequal rewards in each, so every advantage is +-0.707
+EPISODES = [
+    Episode(list(range(10 + 3 * k, 26 + 3 * k)), [0] * 6 + [1] * 10, reward, k // 2) for k, reward in enumerate([1.0, 0.0, 0.0, 1.0])
+]
+
+
+def config(**objective):
+    return load_config("search-r1", "cpu-smoke") | {"objective": objective, "prompts_per_step": 2, "micro_batch": 3}
+
+
+def adam_steps(role) -> int:
+    return int(next(iter(role.optimizer.state_dict()["state"].values()))["step"])
+
+
+def test_defaults_are_one_plain_step_and_record_no_recipe_terms(tiny_llama):
+    accelerator = Accelerator(cpu=True)
+    role = learner(config(), tiny_llama, accelerator, 10)
+    assert reference_model(config(), tiny_llama, accelerator) is None  # kl_coef 0: no reference is built
+    ids, attention, trained = collate(EPISODES, 0)
+    with torch.no_grad():
+        logp = token_logprobs(role.model, ids, attention).double()
+    a = group_advantages(torch.tensor([e.reward for e in EPISODES]), [e.group for e in EPISODES]).double()
+    hand = sum(-a[i] * (logp[i] * trained[i]).sum() / trained[i].sum() for i in range(4)) / 4
+    stats = update(role, accelerator, EPISODES, config(), 0)
+    assert stats.loss == pytest.approx(hand.item(), abs=1e-5)
+    assert adam_steps(role) == 1 and set(stats.metrics()) == {"loss", "grad_norm"}
+
+
+def test_the_kl_term_is_the_hand_computed_k3_to_the_reference(tiny_llama):
+    from transformers import AutoModelForCausalLM
+
+    accelerator = Accelerator(cpu=True)
+    cfg = config(kl_coef=0.5, kl_type="low_var_kl")
+    role = learner(cfg, tiny_llama, accelerator, 10)
+    reference = reference_model(cfg, tiny_llama, accelerator)
+    assert not reference.training and not any(p.requires_grad for p in reference.parameters())
+    with torch.no_grad():  # a reference the policy has moved away from (the starting one is at KL 0)
+        for p in reference.parameters():
+            p.add_(0.05 * torch.randn_like(p, generator=torch.Generator().manual_seed(p.numel())))
+    kept = [p.clone() for p in reference.parameters()]
+    ids, attention, trained = collate(EPISODES, 0)
+    with torch.no_grad():
+        logp = token_logprobs(role.model, ids, attention).double()
+        ref = token_logprobs(reference, ids, attention).double()
+        fresh = AutoModelForCausalLM.from_pretrained(tiny_llama)
+        assert not torch.allclose(token_logprobs(fresh, ids, attention).double(), ref)  # the perturbation moved it
+    a = [1 / math.sqrt(2) / (1 + 1e-6 * math.sqrt(2))] * 4
+    a = [a[0], -a[0], -a[0], a[0]]
+    policy, kl, tokens, total_kl = 0.0, 0.0, 0, 0.0
+    for i in range(4):
+        mask = trained[i].bool()
+        d = (ref[i] - logp[i])[mask].tolist()  # k3 = e^d - d - 1, d = log pi_ref - log pi, per token
+        k3 = [math.exp(x) - x - 1 for x in d]
+        policy += -a[i] * sum(logp[i][mask].tolist()) / len(d)
+        kl += sum(k3) / len(d)
+        total_kl, tokens = total_kl + sum(k3), tokens + len(d)
+    stats = update(role, accelerator, EPISODES, cfg, 0, reference)
+    assert kl > 0.01
+    assert stats.loss == pytest.approx((policy + 0.5 * kl) / 4, abs=1e-5)
+    assert stats.kl == pytest.approx(total_kl / tokens, rel=1e-4)
+    assert all(torch.equal(a, b) for a, b in zip(kept, reference.parameters()))  # frozen: the update left it as it was
+
+
+def test_two_updates_per_batch_take_two_optimizer_steps_and_the_second_is_off_policy(tiny_llama):
+    accelerator = Accelerator(cpu=True)
+    cfg = config(updates_per_batch=2, clip_eps=0.2) | {"learning_rate": 0.01}
+    role = learner(cfg, tiny_llama, accelerator, 10)
+    before = [p.clone() for p in role.model.parameters()]
+    stats = update(role, accelerator, EPISODES, cfg, 0)
+    assert adam_steps(role) == 2 and role.scheduler.scheduler.last_epoch == 1  # two optimizer steps, one schedule step per batch
+    assert stats.ratio != pytest.approx(1.0, abs=1e-6)  # the second mini-batch is scored by the once-updated policy
+    assert 0 <= stats.clipped <= 1 and {"ratio", "clipped"} <= set(stats.metrics())
+    assert any(not torch.equal(a, b) for a, b in zip(before, role.model.parameters()))
+    assert [list(r) for r in mini_batches(4, 2)] == [[0, 1], [2, 3]] and [len(r) for r in mini_batches(5, 2)] == [2, 3]
+    assert mini_batches(1, 2) == [range(0, 1)]  # a part left empty takes no step
+
+
+def test_warmup_ratio_is_a_share_of_each_roles_updates(tiny_llama):
+    accelerator = Accelerator(cpu=True)
+    cfg = config() | {"warmup_steps": 0, "warmup_ratio": 0.3}
+    role = learner(cfg, tiny_llama, accelerator, 10)  # int(0.3 x 10) = 3 warmup steps, linear from 0
+    lrs = []
+    for _ in range(5):
+        lrs.append(role.scheduler.get_last_lr()[0])
+        role.optimizer.step()
+        role.scheduler.step()
+    assert lrs == pytest.approx([0.0, 5e-05 / 3, 2 * 5e-05 / 3, 5e-05, 5e-05])
+    paper = load_config("dr-zero", "paper")  # Dr. Zero: 3% of 54 proposer and 75 solver updates, rounded down as verl does
+    assert (paper.warmup(paper.updates_of("proposer")), paper.warmup(paper.updates_of("main"))) == (1, 2)
+    assert load_config("search-r1", "paper").warmup(1005) == 286  # warmup_steps given: the ratio is not used
