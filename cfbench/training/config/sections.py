@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from cfbench.harness.errors import CfbenchError
 from cfbench.training.config.schema import (
     FRACTION,
     INT_FROM_0,
@@ -11,7 +12,6 @@ from cfbench.training.config.schema import (
     NUMBER_FROM_0,
     OPEN_UNIT,
     Checked,
-    KnobError,
     Rule,
     knob,
     one_of,
@@ -77,7 +77,7 @@ class Mix(Checked):
 
     def check(self) -> None:
         if not self.counts():
-            raise KnobError("mix", "a non-empty map of trajectory kind -> number of examples", {})
+            raise CfbenchError("knob mix must be a non-empty map of trajectory kind -> number of examples, got {}")
 
     def counts(self) -> dict[str, int | str]:
         """kind (as the data names it) -> examples wanted, for the kinds the mix sets."""
