@@ -6,7 +6,9 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
+from cfbench.harness.backends.hf import HFBackend
 from cfbench.harness.backends.kv import GROW, left_padded_cache
+from cfbench.harness.checkpoints import resolve
 
 
 def decode(model, prompts, cache_for, steps, drop_at):
@@ -57,3 +59,16 @@ def test_growing_cache_matches_the_concatenating_cache_exactly(tiny_llama):
     layer = cache.layers[0]
     assert layer.keys.shape[0] == 2 and layer.get_seq_length() == 6 + steps  # the widest prompt, then one token per step
     assert layer._keys.shape[-2] - layer.get_seq_length() <= GROW  # spare room stays bounded
+
+
+@torch.inference_mode()
+def test_samples_of_one_prompt_each_continue_their_own_context(tiny_llama):
+    """A group of samples of one prompt (greedy here, so they are equal token for token), each continued
+    next turn from a kept K/V: contexts are told apart by identity, never by comparing tensors."""
+    engine = HFBackend.load(resolve(str(tiny_llama)))
+    prompt = engine.tokens.encode("Question: who wrote Hamlet?")
+    first = engine.complete([prompt, prompt, prompt], 8, ())
+    nexts = [prompt + engine.tokens.encode(c.text) + engine.tokens.encode(" <information>x</information>") for c in first]
+    kept = list(engine._reusable)
+    engine.complete(nexts, 4, ())
+    assert len(kept) == 3 and all(old not in engine._reusable for old in kept)  # each was consumed by its own continuation

@@ -23,7 +23,7 @@ STOP_WINDOW = 8  # tokens decoded at each step to spot a stop string that just c
 REUSE_TOKENS = 65536  # contexts whose K/V are kept for their next turn, counted in tokens
 
 
-@dataclass
+@dataclass(eq=False)  # identity: two samples of one prompt hold equal ids but their own K/V
 class _Context:
     """A finished context: its prompt's ids, the ids now in its K/V (prompt + generated), the K/V."""
 
