@@ -8,7 +8,7 @@ import torch
 
 from cfbench.harness.backends.tokens import PromptTokens
 from cfbench.training.core.episodes import collate, encode_episode
-from cfbench.training.core.objective import group_advantages, policy_loss, token_logprobs
+from cfbench.training.core.objective import group_advantages, recipe_loss, token_logprobs
 from cfbench.training.core.rewards import reward
 
 
@@ -20,9 +20,9 @@ def test_loss_equals_the_hand_computed_value():
     a = 0.5 / (math.sqrt(0.5) + 1e-6)
     assert advantages.tolist() == pytest.approx([a, -a, 0.0], abs=1e-7)
     expected = -(a * (-1.0 - 2.0) / 2 + (-a) * (-0.5 - 4.0) / 2 + 0.0) / 3
-    assert policy_loss(logprobs, trained, advantages.double()).item() == pytest.approx(expected, abs=1e-6)
+    assert recipe_loss(logprobs, trained, advantages.double()).item() == pytest.approx(expected, abs=1e-6)
     # split into micro-batches with episodes=|E|, the parts sum to the whole
-    parts = sum(policy_loss(logprobs[i : i + 1], trained[i : i + 1], advantages[i : i + 1].double(), episodes=3).item() for i in range(3))
+    parts = sum(recipe_loss(logprobs[i : i + 1], trained[i : i + 1], advantages[i : i + 1].double(), episodes=3).item() for i in range(3))
     assert parts == pytest.approx(expected, abs=1e-6)
 
 
@@ -36,7 +36,7 @@ def test_masked_positions_receive_zero_gradient():
     model = lambda input_ids, attention_mask: SimpleNamespace(logits=logits)  # noqa: E731 - the logits are the leaf under test
     ids = torch.randint(0, 11, (2, 6))
     trained = torch.tensor([[0, 0, 1, 1, 0], [1, 0, 0, 1, 1]])
-    loss = policy_loss(token_logprobs(model, ids, torch.ones_like(ids)), trained, torch.tensor([0.7, -1.3]))
+    loss = recipe_loss(token_logprobs(model, ids, torch.ones_like(ids)), trained, torch.tensor([0.7, -1.3]))
     loss.backward()
     per_position = logits.grad[:, :-1].abs().sum(-1)  # position t-1 predicts target t
     assert torch.all(per_position[trained == 0] == 0)

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from cfbench.training.core.objective import clipped_surrogate, kl_per_token, policy_loss, recipe_loss
+from cfbench.training.core.objective import clipped_surrogate, kl_per_token, recipe_loss
 
 # two episodes x three target positions; the third target of episode 0 is not the model's text
 LOGP = torch.tensor([[-1.0, -0.5, -2.0], [-0.2, -1.5, -0.7]], dtype=torch.float64)
@@ -39,7 +39,7 @@ def test_clipped_surrogate_matches_hand_values():
     kl = ((math.exp(-0.2) - 0.8) / 2 + (math.exp(-0.2) - 0.8 + math.exp(0.5) - 1.5) / 3) / 2
     total = recipe_loss(LOGP, TRAINED, ADV, old_logprobs=OLD, clip_eps=0.2, ref_logprobs=REF, kl_type="low_var_kl", kl_coef=0.1)
     assert total.item() == pytest.approx(clipped + 0.1 * kl)
-    # micro-batches with episodes=|E| sum to the whole, as policy_loss's do
+    # micro-batches with episodes=|E| sum to the whole, as the plain objective's do
     parts = sum(
         recipe_loss(
             LOGP[i : i + 1],
@@ -64,7 +64,7 @@ def test_clipped_tokens_get_no_gradient_and_the_first_update_is_the_plain_object
     # first of N updates: pi_old = pi, so r = 1 and the gradient is the unclipped objective's
     a, b = LOGP.clone().requires_grad_(True), LOGP.clone().requires_grad_(True)
     recipe_loss(a, TRAINED, ADV, old_logprobs=a.detach(), clip_eps=0.2).backward()
-    policy_loss(b, TRAINED, ADV).backward()
+    recipe_loss(b, TRAINED, ADV).backward()
     assert torch.allclose(a.grad, b.grad)
 
 

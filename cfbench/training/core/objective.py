@@ -37,17 +37,8 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor)
     return torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
 
 
-def policy_loss(logprobs: torch.Tensor, trained: torch.Tensor, advantages: torch.Tensor, episodes: int | None = None) -> torch.Tensor:
-    """The objective over the rows given; `episodes` = |E| when rows are one micro-batch of a larger E.
-
-    logprobs and trained are [rows, T-1]: trained marks the target tokens that are the model's own
-    text (1) rather than prompt, padding or retrieved text (0).
-    """
-    return recipe_loss(logprobs, trained, advantages, episodes=episodes)
-
-
 # Recipe terms of Search-R1's train_grpo.sh (verl): KL to a frozen reference and PPO's clipped ratio.
-# With kl_coef = 0 and no old log-probs, recipe_loss is policy_loss above.
+# With kl_coef = 0 and no old log-probs, recipe_loss is the plain objective of docs/protocol.md §5.1.
 
 KL_TYPES = ("kl", "low_var_kl")
 
@@ -90,7 +81,7 @@ def recipe_loss(
     kl_type: str = "low_var_kl",
     kl_coef: float = 0.0,
 ) -> torch.Tensor:
-    """policy_loss plus the optional recipe terms, aggregated the same way (token mean per episode, sum / |E|).
+    """The objective plus the optional recipe terms: token mean per episode, then sum / |E|.
 
     old_logprobs given: the policy term is the clipped surrogate (N updates per batch, each micro-batch
     passing its rows' sampling log-probs). kl_coef > 0 (needs ref_logprobs): + kl_coef x the episode's
