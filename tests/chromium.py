@@ -5,6 +5,7 @@ Debian's `chromium` is required (apt-get install chromium); without it the test 
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shutil
@@ -88,6 +89,16 @@ class Chromium:
         self.events.clear()
         self.call("Page.navigate", url=path.resolve().as_uri())
         self.wait_for("Page.loadEventFired")
+
+    def viewport(self, width: int, height: int) -> None:
+        """Lay pages out as on a screen of this size in CSS pixels (scrollbars included, as on a desktop)."""
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+
+    def screenshot(self, path: Path) -> Path:
+        """The whole page, not just the viewport, as a PNG."""
+        shot = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+        path.write_bytes(base64.b64decode(shot["data"]))
+        return path
 
     def evaluate(self, expression: str):
         result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)

@@ -12,6 +12,7 @@ from cfbench.harness.jsonl import json_text, write_atomic
 from cfbench.harness.metrics import GROUPS, METRICS
 from cfbench.leaderboard import comparable, stats
 from cfbench.leaderboard.page import page
+from cfbench.leaderboard.question_page import QUESTIONS, question_file, question_page
 from cfbench.leaderboard.reported import reported
 from cfbench.leaderboard.store import Run, stored_runs
 from cfbench.leaderboard.tables import csv_table, latex_table, markdown
@@ -35,15 +36,20 @@ def leaderboard(suite: str, runs: list[Run]) -> dict:
 
 
 def outputs(suite_dir: Path) -> tuple[dict, dict[str, str]]:
-    """A suite's leaderboard and every file it renders to (name -> text), from suite_dir/runs; nothing is written."""
-    board = leaderboard(suite_dir.name, stored_runs(suite_dir))
+    """A suite's leaderboard and every file it renders to (name -> text), from suite_dir/runs; nothing is written.
+
+    Besides the tables, each run that kept its trajectories gets its question-by-question page,
+    questions/<run id>.html, which index.html links to.
+    """
+    runs = stored_runs(suite_dir)
+    board = leaderboard(suite_dir.name, runs)
     return board, {
         "results.json": json_text(board),
         "README.md": markdown(board),
         "results.csv": csv_table(board),
         "results.tex": latex_table(board),
         "index.html": page(board),
-    }
+    } | {question_file(run.id): question_page(run) for run in runs if run.trajectories is not None}
 
 
 def build(suite_dirs: list[Path]) -> list[dict]:
@@ -52,7 +58,11 @@ def build(suite_dirs: list[Path]) -> list[dict]:
     for suite_dir, (_, files) in zip(suite_dirs, rendered):
         suite_dir.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
+            (suite_dir / name).parent.mkdir(exist_ok=True)
             write_atomic(suite_dir / name, text)
+        for old in sorted((suite_dir / QUESTIONS).glob("*.html")):
+            if question_file(old.stem) not in files:  # the page of a run no longer stored
+                old.unlink()
     return [board for board, _ in rendered]
 
 

@@ -3,30 +3,49 @@
 Tables, styles, the sorting script and the charts (inline SVG drawn here, so the page is as
 deterministic as the tables) are all inside the file. Cells carry their exact value in
 data-value, which the sorting uses. A click sorts by a column, numbers largest first (rank and p
-smallest first), and a second click reverses it.
+smallest first), and a second click reverses it. A run's benchmark value links to that benchmark
+in its question-by-question page (questions/<run id>.html) when the run kept its trajectories.
+
+The layout is for many runs on a laptop screen: intervals sit under their values, run labels wrap,
+the chart legends are HTML lists that wrap rather than text placed in the SVG, and a table wider
+than the page scrolls inside its own box, never the page.
 """
 
 from __future__ import annotations
 
 from html import escape
+from urllib.parse import quote
 
+from cfbench.leaderboard.question_page import question_file
 from cfbench.leaderboard.tables import column_label, comparable_on, pct, run_name, signed, summary, title, views, vs_best_name
 
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+PALETTE = (  # matplotlib's tab10, then its light tab20 shades: twenty runs before a colour repeats
+    *("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"),
+    *("#aec7e8", "#ff9896", "#98df8a", "#ffbb78", "#c5b0d5", "#c49c94", "#f7b6d2", "#9edae5", "#c7c7c7", "#dbdb8d"),
+)
 
 STYLE = """
 body { font: 15px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 76em; padding: 0 1em; color: #222; }
-table { border-collapse: collapse; margin: .5em 0 1.5em; }
-th, td { padding: .25em .6em; border-bottom: 1px solid #ddd; text-align: right; white-space: nowrap; }
+.wide { overflow-x: auto; }
+table { border-collapse: collapse; margin: .5em 0 1.5em; font-size: 14px; }
+th, td { padding: .25em .5em; border-bottom: 1px solid #ddd; text-align: right; white-space: nowrap; }
 th.text, td.text { text-align: left; }
-thead th { cursor: pointer; user-select: none; background: #f4f4f4; }
+td.text { white-space: normal; }
+td.run { overflow-wrap: anywhere; min-width: 8em; }
+thead th { cursor: pointer; user-select: none; background: #f4f4f4; vertical-align: bottom; }
 thead th[aria-sort=ascending]::after { content: " \\25B2"; }
 thead th[aria-sort=descending]::after { content: " \\25BC"; }
 td.best .v { font-weight: bold; }
+td small { display: block; font-size: 11px; }
+a.v { color: inherit; text-decoration: underline dotted #999; }
 small { color: #666; }
 .note { color: #555; }
 figure { margin: 1em 0 2em; }
+svg { max-width: 100%; height: auto; }
 svg text { font: 11px system-ui, sans-serif; fill: #333; }
+ol.legend { display: flex; flex-wrap: wrap; gap: .2em 1.4em; list-style: none; padding: 0; margin: .3em 0; font-size: 13px; }
+ol.legend li { overflow-wrap: anywhere; }
+ol.legend i { display: inline-block; width: 10px; height: 10px; margin-right: .35em; }
 """
 
 SORT_SCRIPT = """
@@ -89,12 +108,13 @@ def _section(board: dict, i: int, table: dict) -> str:
         rows = []
         for run in table["runs"]:
             cells = [f"<td data-value={run['rank']}>{run['rank']}</td>"]
-            cells += [f"<td class=text>{escape(v)}</td>" for v in (run_name(run), run["treatment"], run["scale"])]
+            cells.append(f"<td class='text run'>{escape(run_name(run))}</td>")
+            cells += [f"<td class=text>{escape(v)}</td>" for v in (run["treatment"], run["scale"])]
             for c in cols:
                 v = run["scores"][c][metric]
                 best = " best" if v["value"] == table["best"].get(c) else ""
                 cells.append(
-                    f"<td class='score{best}' data-key='{escape(c)}' data-value={v['value']}><span class=v>{pct(v['value'])}</span> "
+                    f"<td class='score{best}' data-key='{escape(c)}' data-value={v['value']}>{_value(run, c, table, v['value'])} "
                     f"<small class=ci>[{pct(v['lo'])}, {pct(v['hi'])}]</small></td>"
                 )
             if with_paired:
@@ -110,18 +130,26 @@ def _section(board: dict, i: int, table: dict) -> str:
             rows.append(f"<tr data-run={run['id']}>" + "".join(cells) + "</tr>")
         out += [
             f"<h3>{heading}</h3>",
-            f"<table class=sortable id=t{i}-{kind}>",
+            f"<div class=wide><table class=sortable id=t{i}-{kind}>",
             "<thead><tr>" + "".join(head) + "</tr></thead>",
             "<tbody>",
             *rows,
             "</tbody>",
-            "</table>",
+            "</table></div>",
         ]
     out.append(_bars(table, metric))
     if {"multi_hop", "single_hop"} <= set(table["groups"]):
         out.append(_scatter(table, metric))
     out.append("</section>")
     return "\n".join(out)
+
+
+def _value(run: dict, column: str, table: dict, value: float) -> str:
+    """The value, linked to the run's questions on that benchmark when it has them."""
+    if run["scores_only"] or column not in table["benchmarks"]:
+        return f"<span class=v>{pct(value)}</span>"
+    href = f"{question_file(run['id'])}#{quote(column, safe='')}"
+    return f"<a class=v href='{escape(href)}' title='{escape(run['name'])}: {escape(column)} question by question'>{pct(value)}</a>"
 
 
 def _reported(rep: dict) -> str:
@@ -159,7 +187,7 @@ def _bars(table: dict, metric: str) -> str:
     top_value = _ceiling(max(r["scores"][c][metric]["hi"] for r in runs for c in cols))
     y = _scale(top_value, height - bottom, top)
     out = [
-        f"<figure><svg xmlns='http://www.w3.org/2000/svg' width={width} height={height + 20 * _legend_lines(runs)} "
+        f"<figure><svg xmlns='http://www.w3.org/2000/svg' width={width} height={height} viewBox='0 0 {width} {height}' "
         f"role=img aria-label='Cover-EM per benchmark'>",
         *_y_axis(y, top_value, left, width),
     ]
@@ -175,8 +203,7 @@ def _bars(table: dict, metric: str) -> str:
             mid = x + filled / 2
             out.append(f"<line x1={mid:.1f} x2={mid:.1f} y1={y(v['lo']):.1f} y2={y(v['hi']):.1f} stroke='#000'/>")
         out.append(f"<text x={left + (j + 0.5) * slot:.1f} y={height - bottom + 15} text-anchor=middle>{escape(c)}</text>")
-    out += _legend(runs, left, height)
-    return "\n".join(out) + "\n</svg><figcaption>Cover-EM (%) per benchmark with 95% intervals.</figcaption></figure>"
+    return "\n".join(out) + f"\n</svg>{_legend(runs)}<figcaption>Cover-EM (%) per benchmark with 95% intervals.</figcaption></figure>"
 
 
 def _scatter(table: dict, metric: str) -> str:
@@ -187,7 +214,7 @@ def _scatter(table: dict, metric: str) -> str:
     y = _scale(top_value, size - margin, 10)
     x = _scale(top_value, margin, size - 10)
     out = [
-        f"<figure><svg xmlns='http://www.w3.org/2000/svg' width={size} height={size + 20 * _legend_lines(runs)} "
+        f"<figure><svg xmlns='http://www.w3.org/2000/svg' width={size} height={size} viewBox='0 0 {size} {size}' "
         f"role=img aria-label='multi-hop against single-hop'>",
         *_y_axis(y, top_value, margin, size - 10),
     ]
@@ -204,8 +231,10 @@ def _scatter(table: dict, metric: str) -> str:
             f"<circle cx={x(m['value']):.1f} cy={y(s['value']):.1f} r=5 fill='{_color(k)}'><title>{escape(run['name'])}: "
             f"multi-hop {pct(m['value'])}, single-hop {pct(s['value'])}</title></circle>",
         ]
-    out += _legend(runs, margin, size)
-    return "\n".join(out) + "\n</svg><figcaption>Multi-hop against single-hop average Cover-EM (%), 95% intervals.</figcaption></figure>"
+    return (
+        "\n".join(out)
+        + f"\n</svg>{_legend(runs)}<figcaption>Multi-hop against single-hop average Cover-EM (%), 95% intervals.</figcaption></figure>"
+    )
 
 
 def _scale(top_value: float, at_zero: float, at_top: float):
@@ -228,21 +257,10 @@ def _y_axis(y, top_value: float, left: float, right: float) -> list[str]:
     return out
 
 
-def _legend_lines(runs: list[dict]) -> int:
-    return (len(runs) + 3) // 4
-
-
-def _legend(runs: list[dict], left: float, height: float) -> list[str]:
-    out = []
-    for k, run in enumerate(runs):
-        x, y = left + (k % 4) * 190, height + 20 * (k // 4) + 5
-        out += [f"<rect x={x} y={y} width=10 height=10 fill='{_color(k)}'/>", f"<text x={x + 14} y={y + 9}>{escape(_short(run))}</text>"]
-    return out
-
-
-def _short(run: dict) -> str:
-    label = f"{run['rank']}. {run['name']}"
-    return label if len(label) <= 30 else label[:29] + "…"
+def _legend(runs: list[dict]) -> str:
+    """The runs' colours as a list that wraps like text, so no two labels can overlap however many runs there are."""
+    items = [f"<li><i style='background:{_color(k)}'></i>{run['rank']}. {escape(run['name'])}</li>" for k, run in enumerate(runs)]
+    return "<ol class=legend>" + "".join(items) + "</ol>"
 
 
 def _color(k: int) -> str:
