@@ -93,6 +93,7 @@ def test_ctrl_c_and_sigterm_stay_with_python_once_the_jvm_runs():
     script = """
 import os, signal, sys, time
 signal.signal(signal.SIGTERM, lambda *_: print("python's SIGTERM handler", flush=True))
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even when launched with SIGINT ignored
 from cfbench.harness.retrievers.lucene import start_jvm
 start_jvm()
 os.kill(os.getpid(), signal.SIGTERM)
