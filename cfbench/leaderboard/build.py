@@ -60,10 +60,14 @@ def build(suite_dirs: list[Path]) -> list[dict]:
         for name, text in files.items():
             (suite_dir / name).parent.mkdir(exist_ok=True)
             write_atomic(suite_dir / name, text)
-        for old in sorted((suite_dir / QUESTIONS).glob("*.html")):
-            if question_file(old.stem) not in files:  # the page of a run no longer stored
-                old.unlink()
+        for name in leftover_pages(suite_dir, files):
+            (suite_dir / name).unlink()
     return [board for board, _ in rendered]
+
+
+def leftover_pages(suite_dir: Path, files: dict[str, str]) -> list[str]:
+    """Question pages in suite_dir that outputs() no longer renders: those of runs no longer stored."""
+    return [question_file(p.stem) for p in sorted((suite_dir / QUESTIONS).glob("*.html")) if question_file(p.stem) not in files]
 
 
 def _table(key: dict, runs: list[Run], set_apart_because: list[str]) -> dict:

@@ -76,8 +76,7 @@ def build_cmd(suites, root) -> None:
 @_root
 def rescore_cmd(suites, root) -> None:
     """Recompute every stored run's scores from its predictions and check the published tables are exactly what they give."""
-    from cfbench.leaderboard.build import outputs
-    from cfbench.leaderboard.question_page import QUESTIONS, question_file
+    from cfbench.leaderboard.build import leftover_pages, outputs
 
     with one_line_errors():
         for name in _suite_names(suites, root):
@@ -85,7 +84,7 @@ def rescore_cmd(suites, root) -> None:
             stale = [
                 f for f, text in files.items() if not (root / name / f).is_file() or (root / name / f).read_text(encoding="utf-8") != text
             ]
-            stale += [question_file(p.stem) for p in sorted((root / name / QUESTIONS).glob("*.html")) if question_file(p.stem) not in files]
+            stale += leftover_pages(root / name, files)
             if stale:
                 raise CfbenchError(
                     f"{root / name}: {', '.join(stale)} differ from what the stored predictions give; run cfbench leaderboard build"
