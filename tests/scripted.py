@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from cfbench.harness.backends import Completion
 from cfbench.harness.protocol import cut_at_stop
 
 USER = re.compile(r"Question: (.*?)\n</user>", re.DOTALL)
@@ -28,10 +29,15 @@ class ScriptedBackend:
 
     def generate(self, prompts, max_new_tokens, max_context_tokens, stop):
         self.calls.append(len(prompts))
-        return [cut_at_stop(self.policy(p[-max_context_tokens:]))[:max_new_tokens] for p in prompts]
+        return [written(cut_at_stop(self.policy(p[-max_context_tokens:]))[:max_new_tokens]) for p in prompts]
 
     def truncate(self, text: str, max_tokens: int) -> str:
         return text[:max_tokens]
 
     def describe(self) -> dict:
         return {"engine": "scripted", "model": "scripted", "weights_sha256": None}
+
+
+def written(text: str) -> Completion:
+    """A scripted turn as an engine's Completion: text only, no sampled ids (trained on the text's own ids)."""
+    return Completion(text, len(text), "stop", None)

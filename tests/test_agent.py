@@ -82,3 +82,15 @@ def test_context_cap_keeps_the_end_of_the_context(bm25):
     backend = ScriptedBackend(lambda ctx: seen.append(ctx) or "<answer> a </answer>")
     run_batch([NOBEL], backend, bm25, Knobs(max_context_tokens=50))
     assert len(seen[0]) == 50 and seen[0].endswith("</user>\n")
+
+
+def test_training_rollouts_run_in_chunks_of_rollout_rows_with_the_same_trajectories(bm25):
+    from cfbench.training.core.rollouts import rollouts
+
+    questions = [NOBEL, KISS] * 3
+    whole, chunked = ScriptedBackend(search_then_answer), ScriptedBackend(search_then_answer)
+    expected = rollouts(questions, whole, bm25, Knobs(), None)
+    assert whole.calls == [6, 6]  # absent: every row at once
+    got = rollouts(questions, chunked, bm25, Knobs(), 4)
+    assert chunked.calls == [4, 4, 2, 2]  # at most 4 rows decoded at once, chunk after chunk
+    assert [t.turns for t in got] == [t.turns for t in expected] and [t.question for t in got] == questions

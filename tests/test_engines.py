@@ -5,11 +5,12 @@ those about what only a scripted loopback server can show (headers sent, overloa
 """
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import requests
 
-from cfbench.harness.backends.openai import OpenAIBackend, _with_stop
+from cfbench.harness.backends.openai import OpenAIBackend, _completion
 from cfbench.harness.evaluate import evaluate
 from cfbench.harness.protocol import STOP, Knobs
 from cfbench.harness.suite import load_suite
@@ -48,7 +49,7 @@ def test_openai_backend_gives_hf_trajectories_on_the_mini_suite(tmp_path, served
 def test_chat_endpoint_answers_like_the_in_process_engine(served, smollm2):
     messages = [{"role": "user", "content": "What is the capital of France?"}]
     answer = requests.post(served + "/chat/completions", json={"model": MODEL, "messages": messages, "max_tokens": 16}).json()
-    [expected] = smollm2.generate([smollm2.chat_prompt(messages[0]["content"])], 16, 4096, ())
+    [expected] = [c.text for c in smollm2.generate([smollm2.chat_prompt(messages[0]["content"])], 16, 4096, ())]
     assert answer["choices"][0]["message"]["content"] == expected
     assert answer["choices"][0]["finish_reason"] in ("stop", "length") and answer["usage"]["completion_tokens"] <= 16
 
@@ -56,21 +57,23 @@ def test_chat_endpoint_answers_like_the_in_process_engine(served, smollm2):
 @pytest.mark.slow
 def test_stop_strings_follow_openai_and_vllm_conventions(served, smollm2):
     prompt = smollm2.chat_prompt("What is the capital of France?")
-    [free] = smollm2.generate([prompt], 30, 4096, ())
+    [free] = [c.text for c in smollm2.generate([prompt], 30, 4096, ())]
     stop = free.split()[2]
     body = {"model": MODEL, "prompt": prompt, "max_tokens": 30, "stop": [stop], "add_special_tokens": False}
     plain = requests.post(served + "/completions", json=body).json()["choices"][0]
     kept = requests.post(served + "/completions", json=body | {"include_stop_str_in_output": True}).json()["choices"][0]
     assert kept["text"] == free[: free.index(stop) + len(stop)]
     assert plain["text"] == kept["text"][: -len(stop)] and plain["stop_reason"] == stop and plain["finish_reason"] == "stop"
-    assert _with_stop(plain["text"], plain["stop_reason"], (stop,)) == kept["text"]  # the client puts a stripped stop back
+    choice = SimpleNamespace(text=plain["text"], stop_reason=plain["stop_reason"], finish_reason="stop", logprobs=None)
+    assert _completion(choice, (stop,)).text == kept["text"]  # the client puts a stripped stop back
 
 
 @pytest.mark.parametrize(
     "body, status, words",
     [
         ({"model": "other", "prompt": "x"}, 404, "serves 'smollm2-135m'"),
-        ({"model": MODEL, "prompt": "x", "temperature": 0.7}, 400, "greedily"),
+        ({"model": MODEL, "prompt": "x", "temperature": 2.5}, 400, "temperature must be between 0 and 2"),
+        ({"model": MODEL, "prompt": "x", "logprobs": 2}, 400, "logprobs must be 0"),
         ({"model": MODEL, "prompt": "x", "n": 2}, 400, "n must be 1"),
         ({"model": MODEL, "prompt": [[10**9]]}, 400, "outside the vocabulary"),
         ({"model": MODEL, "prompt": "x", "max_tokens": 10**6}, 400, "maximum context length"),
@@ -109,7 +112,7 @@ def test_client_sends_the_key_and_vllm_fields_and_restores_order_and_stops():
 
     with openai_stub(answer) as (url, received):
         engine = OpenAIBackend(url, "stub-model", tokenizer=MODEL, api_key="sk-test-123", organization="org-test", request_size=2)
-        texts = engine.generate(["first", "second", "third"], 4, 4096, STOP)
+        texts = [c.text for c in engine.generate(["first", "second", "third"], 4, 4096, STOP)]
     assert texts == [f"p{engine.tokens.context(p, 4096)[-1]}</search>" for p in ["first", "second", "third"]]
     assert [r["path"] for r in received] == ["/v1/models", "/v1/completions", "/v1/completions"]
     assert {r["headers"]["authorization"] for r in received} == {"Bearer sk-test-123"}

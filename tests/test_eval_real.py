@@ -45,7 +45,7 @@ def small_suite(tmp_path_factory) -> Path:
 
 def test_greedy_decoder_matches_transformers_generate(smollm2):
     prompts = [smollm2.chat_prompt("What is the capital of France?"), smollm2.chat_prompt("Name a prime number.")]
-    ours = smollm2.generate(prompts, 24, 4096, STOP)
+    ours = [c.text for c in smollm2.generate(prompts, 24, 4096, STOP)]
     for prompt, text in zip(prompts, ours):
         tokenizer = smollm2.tokens.tokenizer
         enc = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
@@ -55,9 +55,9 @@ def test_greedy_decoder_matches_transformers_generate(smollm2):
 
 def test_stop_strings_end_generation_and_are_kept(smollm2):
     prompt = smollm2.chat_prompt("What is the capital of France?")
-    [free] = smollm2.generate([prompt], 40, 4096, ())
+    [free] = [c.text for c in smollm2.generate([prompt], 40, 4096, ())]
     stop = free.split()[3]  # a word the model is known to reach
-    [stopped] = smollm2.generate([prompt], 40, 4096, (stop,))
+    [stopped] = [c.text for c in smollm2.generate([prompt], 40, 4096, (stop,))]
     assert stopped == free[: free.index(stop) + len(stop)]
 
 

@@ -21,6 +21,7 @@ from cfbench.training.core.answers import matches
 from cfbench.training.selfevolve.sources import FOLDS_FILE, fold_of
 from cfbench.training.trainer import train
 from cfbench.training.treatments import load_config
+from tests.scripted import written
 
 pytestmark = pytest.mark.slow  # Every test here trains a self-evolution run or loads SmolLM2.
 
@@ -38,7 +39,7 @@ class ScriptedProposer:
         return self.tokens.truncate(text, max_tokens)
 
     def generate(self, prompts, max_new_tokens, max_context_tokens, stop):
-        return [cut_at_stop(self.propose(p)) for p in prompts]
+        return [written(cut_at_stop(self.propose(p))) for p in prompts]
 
     @staticmethod
     def propose(context: str) -> str:

@@ -4,7 +4,7 @@ import pytest
 from click.testing import CliRunner
 
 from cfbench.cli import main
-from cfbench.training.plan import SHAPES, estimate, phases
+from cfbench.training.plan import SHAPES, estimate, phases, plan
 from cfbench.training.treatments import load_config
 
 GB = 1e9
@@ -51,7 +51,7 @@ def test_plan_prints_the_table_and_accepts_a_run_that_fits():
     "treatment, gpus, memory, knob",
     [
         ("crossfit", 1, 80, "--gpus"),  # four roles' training state on one GPU
-        ("search-r1", 8, 24, "prompts_per_step"),  # 320 rows of 4k-token K/V per GPU
+        ("search-r1", 8, 24, "rollout_rows"),  # 320 rows of 4k-token K/V per GPU
     ],
 )
 def test_a_run_that_cannot_fit_is_refused_naming_the_knob(treatment, gpus, memory, knob):
@@ -71,3 +71,12 @@ def test_plan_refuses_a_model_it_has_no_shape_for():
 def test_training_without_plan_still_needs_out():
     result = CliRunner().invoke(main, ["train", "--treatment", "search-r1", "--scale", "paper"])
     assert result.exit_code == 2 and "--out" in result.output
+
+
+def test_rollout_rows_bounds_the_rollout_memory_and_lets_a_refused_run_fit():
+    config = load_config("search-r1", "paper")
+    shape = SHAPES[config.model]
+    whole, chunked = (estimate(c, shape, 8, True, "bf16") for c in (config, config | {"rollout_rows": 32}))
+    assert chunked["rollout KV cache"] * 10 == pytest.approx(whole["rollout KV cache"])  # 32 rows at a time instead of 320
+    assert chunked["weights"] == whole["weights"]  # nothing else changes
+    assert plan(config | {"rollout_rows": 32}, 8, 24)[-1].startswith("fits: sharded bf16")  # refused above at 320 rows

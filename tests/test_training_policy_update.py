@@ -103,3 +103,25 @@ def test_warmup_ratio_is_a_share_of_each_roles_updates(tiny_llama):
     paper = load_config("dr-zero", "paper")  # Dr. Zero: 3% of 54 proposer and 75 solver updates, rounded down as verl does
     assert (paper.warmup(paper.updates_of("proposer")), paper.warmup(paper.updates_of("main"))) == (1, 2)
     assert load_config("search-r1", "paper").warmup(1005) == 286  # warmup_steps given: the ratio is not used
+
+
+def test_gradient_checkpointing_and_chunked_log_probs_change_memory_not_the_update(tiny_llama):
+    """The paper configs' memory knobs: the same log-probs (values and gradients) and the same step as the plain update."""
+    accelerator = Accelerator(cpu=True)
+    lean_config = config() | {"gradient_checkpointing": True, "logprob_chunk": 4}  # 15 target positions: chunks of 4, 4, 4, 3
+    plain, lean = learner(config(), tiny_llama, accelerator, 10), learner(lean_config, tiny_llama, accelerator, 10)
+    assert lean.model.is_activation_checkpointing and not plain.model.is_activation_checkpointing
+    ids, attention, _ = collate(EPISODES, 0)
+    whole = token_logprobs(plain.model, ids, attention, 0.7)
+    chunked = token_logprobs(lean.model, ids, attention, 0.7, chunk=4)
+    assert torch.allclose(whole, chunked, atol=1e-5)
+    whole.sum().backward()
+    chunked.sum().backward()
+    for a, b in zip(plain.model.parameters(), lean.model.parameters()):
+        assert torch.allclose(a.grad, b.grad, atol=1e-5)
+    plain.optimizer.zero_grad()
+    lean.optimizer.zero_grad()
+    one, other = update(plain, accelerator, EPISODES, config(), 0), update(lean, accelerator, EPISODES, lean_config, 0)
+    assert other.loss == pytest.approx(one.loss, abs=1e-5) and other.grad_norm == pytest.approx(one.grad_norm, rel=1e-4)
+    for a, b in zip(plain.model.parameters(), lean.model.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)

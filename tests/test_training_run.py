@@ -28,9 +28,9 @@ def metrics(run) -> list[dict]:
 
 
 def two_step_config() -> SearchR1Config:
-    """Two cpu-smoke Search-R1 steps from the raw base: its five samples differ in format credit, so step 1's group has a
-    non-zero advantage and must move the weights (the warm-started default often gives five equal rewards)."""
-    return load_config("search-r1", "cpu-smoke", 2, 1) | {"model": "smollm2-135m"}
+    """Two cpu-smoke Search-R1 steps from the shipped warm start: step 1's five samples differ in format credit (well
+    formed or not), so its group has a non-zero advantage and must move the weights."""
+    return load_config("search-r1", "cpu-smoke", 2, 1)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_a_step_changes_the_weights_and_records_everything(two_steps):
     record = json.loads((two_steps / "checkpoint-2" / "cfbench_train.json").read_text())
     assert record["step"] == 2 and parse(SearchR1Config, record["config"], "record") == two_step_config()
     rollouts = [json.loads(line) for line in (two_steps / "rollouts" / "step-1.jsonl").read_text().splitlines()]
-    assert len(rollouts) == 5 and len({r["turns"][0]["generated"] for r in rollouts}) == 5  # sampled, not greedy
+    assert len(rollouts) == 5 and len({json.dumps(r["turns"]) for r in rollouts}) > 1  # sampled, not greedy
     assert (two_steps / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # one resume state, in the latest checkpoint: optimizer, scheduler and RNG; the weights only as the HF model
     assert not (two_steps / "checkpoint-1" / "state").exists() and (two_steps / "checkpoint-1" / "model.safetensors").is_file()

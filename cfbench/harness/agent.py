@@ -3,6 +3,9 @@
 Each turn makes one batched generate call for all active trajectories and one batched retrieval
 for all their searches. A trajectory ends at its first answer; after `max_searches` search or
 invalid turns it gets one last generation in which a search is not executed.
+
+The same loop scores evaluation (greedy) and rolls out training (sampled): each trajectory keeps its
+turns' Completions, so an update trains on the sampled token ids, not on a re-encoding of the text.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cfbench.harness import protocol
-from cfbench.harness.backends import Backend
+from cfbench.harness.backends import Backend, Completion
 from cfbench.harness.protocol import Knobs
 from cfbench.harness.retrievers import Retriever
 from cfbench.harness.suite import Question
@@ -23,6 +26,7 @@ class Trajectory:
     prompt: str  # the chat prompt it started from
     context: str  # the prompt and everything since
     turns: list[dict] = field(default_factory=list)
+    completions: list[Completion] = field(default_factory=list)  # each turn's, as the engine returned it (not written to records)
     done: bool = False
 
     @property
@@ -48,7 +52,8 @@ def run_batch(
         last_turn = turn == knobs.max_searches
         generated = backend.generate([t.context for t in active], knobs.max_new_tokens, knobs.max_context_tokens, protocol.STOP)
         searching: list[tuple[Trajectory, dict]] = []
-        for traj, text in zip(active, generated, strict=True):
+        for traj, completion in zip(active, generated, strict=True):
+            text = completion.text
             action, content = protocol.parse_action(text)
             record = {
                 "generated": text,
@@ -58,6 +63,7 @@ def run_batch(
                 "doc_scores": [],
             }
             traj.turns.append(record)
+            traj.completions.append(completion)
             traj.context += text
             if action == "answer" or last_turn:
                 if action == "search":

@@ -235,7 +235,7 @@ def retriever_serve(index_dir, corpus, host, port, max_results, max_body_bytes, 
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads (default: torch's).")
 def serve_model(ckpt, name, host, port, device, dtype, threads) -> None:
-    """Serve a local model as OpenAI-compatible /v1/completions and /v1/chat/completions (greedy)."""
+    """Serve a local model as OpenAI-compatible /v1/completions and /v1/chat/completions (greedy, or sampled with a seed)."""
     from cfbench.harness.backends.hf import HFBackend
     from cfbench.harness.checkpoints import resolve
     from cfbench.harness.model_server import serve

@@ -1,14 +1,17 @@
-"""`cfbench serve-model`: a local HF checkpoint behind OpenAI-compatible endpoints, greedy only.
+"""`cfbench serve-model`: a local HF checkpoint behind OpenAI-compatible endpoints.
 
     GET  /v1/models             -> {"object": "list", "data": [{"id": NAME, ..., "cfbench": engine description}]}
-    POST /v1/completions        prompt: text, token ids, or a list of either; max_tokens, stop, and
-                                vLLM's include_stop_str_in_output / add_special_tokens
+    POST /v1/completions        prompt: text, token ids, or a list of either; max_tokens, stop,
+                                temperature and seed, logprobs 0 (the sampled tokens' log-probs), and
+                                vLLM's include_stop_str_in_output / add_special_tokens / return_token_ids
     POST /v1/chat/completions   messages through the model's chat template
     GET  /health
 
-One request's prompts decode as one batch (requests take turns), so a client that sends a turn's
-prompts in one request gets exactly what the in-process hf engine gives. Bad requests get an
-OpenAI-style error ({"error": {"message", "type", "param"}}) and the server keeps serving.
+Greedy at temperature 0 (the default); above it, sampled with a generator seeded with the request's
+seed (0 when none is given, so the server stays deterministic). One request's prompts decode as one
+batch (requests take turns), so a client that sends a turn's prompts in one request gets exactly
+what the in-process hf engine gives, sampled or not. Bad requests get an OpenAI-style error
+({"error": {"message", "type", "param"}}) and the server keeps serving.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class _Sampling(BaseModel):
     model: str
     max_tokens: int | None = None
     temperature: float | None = None
+    seed: int | None = None
     stop: str | list[str] | None = None
     n: int = 1
     stream: bool = False
@@ -48,6 +52,8 @@ class _Sampling(BaseModel):
 class CompletionRequest(_Sampling):
     prompt: str | list[int] | list[str] | list[list[int]]
     add_special_tokens: bool = True
+    return_token_ids: bool = False
+    logprobs: int | None = None
 
 
 class Message(BaseModel):
@@ -89,7 +95,14 @@ def make_app(backend: HFBackend, name: str) -> FastAPI:
             decode, request, prompts, request.max_tokens if request.max_tokens is not None else 16, "max_tokens", "prompt"
         )
         choices = [
-            {"index": i, "text": _shown(c, request), "logprobs": None, "finish_reason": c.finish, "stop_reason": c.stop}
+            {
+                "index": i,
+                "text": _shown(c, request),
+                "logprobs": _logprobs(c, tokenizer) if request.logprobs is not None else None,
+                "finish_reason": c.finish,
+                "stop_reason": c.stop,
+                **({"token_ids": list(c.ids)} if request.return_token_ids else {}),
+            }
             for i, c in enumerate(outs)
         ]
         return {
@@ -134,10 +147,11 @@ def make_app(backend: HFBackend, name: str) -> FastAPI:
     def decode(request: _Sampling, prompts: list[list[int]], max_tokens: int, limit_param: str, prompt_param: str) -> list[Completion]:
         if request.model != name:
             raise _Refused(404, f"model {request.model!r} is not served here; this server serves {name!r}", "model")
-        if request.temperature not in (None, 0):
-            raise _Refused(
-                400, f"temperature {request.temperature} is not supported: serve-model decodes greedily (temperature 0)", "temperature"
-            )
+        temperature = request.temperature or 0.0
+        if not 0 <= temperature <= 2:
+            raise _Refused(400, f"temperature must be between 0 and 2, got {temperature}", "temperature")
+        if getattr(request, "logprobs", None) not in (None, 0):
+            raise _Refused(400, "serve-model gives the sampled tokens' log-probs only: logprobs must be 0", "logprobs")
         if request.n != 1 or request.stream:
             raise _Refused(
                 400, "serve-model returns one complete answer per prompt: n must be 1 and stream false", "n" if request.n != 1 else "stream"
@@ -162,7 +176,7 @@ def make_app(backend: HFBackend, name: str) -> FastAPI:
             )
         stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
         with lock:
-            return backend.complete(prompts, max_tokens, stop)
+            return backend.complete(prompts, max_tokens, stop, temperature, request.seed or 0)
 
     return app
 
@@ -199,6 +213,12 @@ def _shown(out: Completion, request: _Sampling) -> str:
     if out.stop and not request.include_stop_str_in_output:
         return out.text[: -len(out.stop)]
     return out.text
+
+
+def _logprobs(out: Completion, tokenizer) -> dict:
+    """OpenAI's completion logprobs object for the sampled tokens (no alternatives: logprobs is 0)."""
+    tokens = tokenizer.convert_ids_to_tokens(list(out.ids))
+    return {"tokens": tokens, "token_logprobs": list(out.logprobs), "top_logprobs": None, "text_offset": None}
 
 
 def _usage(prompts: list[list[int]], outs: list[Completion]) -> dict:

@@ -92,8 +92,9 @@ def roles(config: RLConfig) -> tuple[list[str], list[str]]:
 
 def rollout_rows(config: RLConfig, gpus: int) -> int:
     """Rows one GPU samples at once: a Search-R1 step's prompts x samples, or the self-evolution step's largest
-    phase (the solver scoring every proposal samples_per_prompt times), split over the GPUs."""
-    return -(-config.prompts_per_step * config.samples_per_prompt // gpus)
+    phase (the solver scoring every proposal samples_per_prompt times), split over the GPUs, at most rollout_rows."""
+    rows = -(-config.prompts_per_step * config.samples_per_prompt // gpus)
+    return min(rows, config.rollout_rows) if config.rollout_rows else rows
 
 
 def estimate(config: RLConfig, shape: Shape, gpus: int, sharded: bool, precision: str) -> dict[str, float]:
@@ -134,7 +135,7 @@ def _knob(term: str) -> str:
     if term.startswith(("activations", "log-probs")):
         return "knob micro_batch (rows per forward/backward) or knobs.max_context_tokens"
     if term.startswith(("rollout KV", "rollout recurrent")):
-        return "knob prompts_per_step (rows sampled at once per GPU = prompts_per_step x samples_per_prompt / --gpus) or --gpus"
+        return "knob rollout_rows (rows sampled at once per GPU; by default prompts_per_step x samples_per_prompt / --gpus) or --gpus"
     return "--gpu-memory (a bigger GPU) or a smaller model"
 
 

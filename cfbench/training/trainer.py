@@ -31,7 +31,6 @@ from pathlib import Path
 import torch
 from accelerate.utils import gather_object
 
-from cfbench.harness.agent import run_batch
 from cfbench.harness.backends.tokens import PromptTokens
 from cfbench.harness.checkpoints import resolve
 from cfbench.harness.errors import CfbenchError
@@ -39,7 +38,7 @@ from cfbench.harness.jsonl import dumps, write_atomic, write_jsonl
 from cfbench.harness.suite import Question
 from cfbench.training.config.classes import BaseConfig, SearchR1Config, SelfEvolutionConfig, TrainingConfig, read_run_config
 from cfbench.training.config.schema import to_json
-from cfbench.training.core.episodes import encode_episode
+from cfbench.training.core.episodes import rollout_episode
 from cfbench.training.core.learner import (
     TRAIN_RECORD,
     append_row,
@@ -55,6 +54,7 @@ from cfbench.training.core.learner import (
 )
 from cfbench.training.core.plots import plot_curves
 from cfbench.training.core.policy_update import UpdateStats, reference_model, update
+from cfbench.training.core.rollouts import rollouts
 
 RESUMABLE = {"steps", "save_every", "note"}  # none changes a step's result; every other knob must match
 
@@ -161,9 +161,10 @@ def _search_r1(config: SearchR1Config, out: Path, start: int, accelerator, on_st
         group = [
             Question(f"{q.id}#{k}", q.source, q.question, tuple(q.golden_answers)) for q in picked[rank::world] for k in range(m)
         ]  # each process its share of prompts
-        trajectories = run_batch(group, engine, retriever, config.knobs)
+        trajectories = rollouts(group, engine, retriever, config.knobs, config.rollout_rows)
         rewards = [config.reward.of(t.prediction, list(t.question.golden_answers), t.turns) for t in trajectories]
-        episodes = [encode_episode(tokens, t.prompt, t.turns, r, i // m) for i, (t, r) in enumerate(zip(trajectories, rewards))]
+        cut = config.knobs.max_context_tokens
+        episodes = [rollout_episode(tokens, t, r, i // m, cut) for i, (t, r) in enumerate(zip(trajectories, rewards))]
         rolled = time.time()
         stats = update(policy, accelerator, episodes, config, tokenizer.pad_token_id or 0, reference)
         updated = time.time()
@@ -192,6 +193,7 @@ def _metrics(step, episodes, trajectories, rewards, stats: UpdateStats, rollout_
         **stats.metrics(),
         "learning_rate": lr,
         "response_tokens": sum(sum(e.trained) for e in episodes) / n,
+        "cut_rollouts": sum(e.cut for e in episodes) / n,
         "searches_per_rollout": sum(t["action"] == "search" for tr in trajectories for t in tr.turns) / n,
         "answered": sum(bool(t.prediction) for t in trajectories) / n,
         "well_formed": sum(all(x["action"] != "invalid" for x in t.turns) for t in trajectories) / n,

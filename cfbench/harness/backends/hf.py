@@ -13,7 +13,7 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
-from cfbench.harness.backends import Completion
+from cfbench.harness.backends import Completion, call_seed
 from cfbench.harness.backends.kv import left_padded_cache
 from cfbench.harness.backends.tokens import PromptTokens, TokenizedEngine
 from cfbench.harness.checkpoints import ResolvedCheckpoint
@@ -36,14 +36,17 @@ class HFBackend(TokenizedEngine):
     def __init__(
         self, model, tokens: PromptTokens, *, ckpt: ResolvedCheckpoint, dtype: str, temperature: float = 0.0, seed: int = 0
     ) -> None:
-        """An engine around a loaded model: greedy for evaluation, or sampled (temperature > 0) for training rollouts."""
+        """An engine around a loaded model: greedy for evaluation, or sampled (temperature > 0) for training rollouts.
+
+        A sampling engine's k-th generate call draws from a generator seeded with call_seed(seed, k),
+        as an OpenAIBackend with the same seed asks a server to (one request per call).
+        """
         self.model, self.tokens, self.ckpt, self.dtype = model, tokens, ckpt, dtype
         self.device = str(model.device)
         eos = model.generation_config.eos_token_id
         eos = tokens.tokenizer.eos_token_id if eos is None else eos
         self.eos_ids = set(eos) if isinstance(eos, list) else {eos}
-        self.temperature = temperature
-        self.generator = torch.Generator(device=model.device).manual_seed(seed)
+        self.temperature, self.seed, self.calls = temperature, seed, 0
         self._reusable: list[_Context] = []  # newest last
 
     @classmethod
@@ -54,13 +57,19 @@ class HFBackend(TokenizedEngine):
         model = AutoModelForCausalLM.from_pretrained(ckpt.location, dtype=getattr(torch, dtype)).to(device).eval()
         return cls(model, tokens, ckpt=ckpt, dtype=dtype)
 
-    def generate(self, prompts: list[str], max_new_tokens: int, max_context_tokens: int, stop: tuple[str, ...]) -> list[str]:
+    def generate(self, prompts: list[str], max_new_tokens: int, max_context_tokens: int, stop: tuple[str, ...]) -> list[Completion]:
         encoded = [self.tokens.context(p, max_context_tokens) for p in prompts]
-        return [c.text for c in self.complete(encoded, max_new_tokens, stop)]
+        seed = call_seed(self.seed, self.calls)
+        self.calls += 1
+        return self.complete(encoded, max_new_tokens, stop, self.temperature, seed)
 
     @torch.inference_mode()
-    def complete(self, encoded: list[list[int]], max_new_tokens: int, stop: tuple[str, ...]) -> list[Completion]:
-        """Continuations of token-id prompts (greedy, or sampled), all decoded in one shrinking batch."""
+    def complete(
+        self, encoded: list[list[int]], max_new_tokens: int, stop: tuple[str, ...], temperature: float = 0.0, seed: int = 0
+    ) -> list[Completion]:
+        """Continuations of token-id prompts, all decoded in one shrinking batch: greedy at temperature 0, else
+        sampled from softmax(logits / temperature) with a generator seeded with `seed`."""
+        generator = torch.Generator(device=self.model.device).manual_seed(seed) if temperature else None
         width = max(len(ids) for ids in encoded)
         pads = [width - len(ids) for ids in encoded]
         prefilled = [self._prefill(ids) for ids in encoded]  # (first-token logits, K/V per layer)
@@ -72,6 +81,7 @@ class HFBackend(TokenizedEngine):
         positions = torch.tensor([[len(ids)] for ids in encoded], device=self.device)
         live = list(range(len(encoded)))  # prompt index of each row still decoding
         new: list[list[int]] = [[] for _ in encoded]
+        logprobs: list[list[float]] = [[] for _ in encoded]
         ended: list[_Context | None] = [None] * len(encoded)
         for step in range(max_new_tokens):
             if step:
@@ -82,10 +92,12 @@ class HFBackend(TokenizedEngine):
                 ).logits[:, -1]
                 positions = positions + 1
             keep = []
-            for row, (prompt, token) in enumerate(zip(live, self._pick(logits).tolist())):
+            picked, picked_logprobs = _pick(logits, temperature, generator)
+            for row, (prompt, token, logprob) in enumerate(zip(live, picked.tolist(), picked_logprobs.tolist())):
                 fed = len(new[prompt])  # generated tokens already in the cache
                 if token not in self.eos_ids:
                     new[prompt].append(token)
+                    logprobs[prompt].append(logprob)
                     tail = self.tokens.tokenizer.decode(new[prompt][-STOP_WINDOW:])
                     if not any(s in tail for s in stop) and step + 1 < max_new_tokens:
                         keep.append(row)
@@ -110,20 +122,14 @@ class HFBackend(TokenizedEngine):
                 mask, positions = mask[index], positions[index]
                 live = [live[row] for row in keep]
         self._remember(ended)
-        return [self._finish(ids, stop, max_new_tokens) for ids in new]
+        return [self._finish(ids, lps, stop, max_new_tokens) for ids, lps in zip(new, logprobs)]
 
-    def _pick(self, logits: torch.Tensor) -> torch.Tensor:
-        if not self.temperature:
-            return logits.argmax(-1)
-        probs = torch.softmax(logits.float() / self.temperature, dim=-1)
-        return torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
-
-    def _finish(self, ids: list[int], stop: tuple[str, ...], max_new_tokens: int) -> Completion:
+    def _finish(self, ids: list[int], logprobs: list[float], stop: tuple[str, ...], max_new_tokens: int) -> Completion:
         text = self.tokens.decode(ids)
         cut = cut_at_stop(text, stop)
         hit = next((s for s in stop if cut.endswith(s)), None)  # only a stop string that occurs ends the cut
         ended_early = hit is not None or len(ids) < max_new_tokens  # a stop string or end of sequence
-        return Completion(cut, len(ids), "stop" if ended_early else "length", hit)
+        return Completion(cut, len(ids), "stop" if ended_early else "length", hit, tuple(ids), tuple(logprobs))
 
     def _remember(self, contexts: list[_Context]) -> None:
         """Keep the newest contexts' K/V within REUSE_TOKENS, dropping those the new ones extend."""
@@ -169,7 +175,7 @@ class HFBackend(TokenizedEngine):
     def describe(self) -> dict:
         return {
             "engine": "hf",
-            "decoder": f"sampled at temperature {self.temperature}, finished rows pruned"
+            "decoder": f"sampled at temperature {self.temperature}, seed {self.seed}, finished rows pruned"
             if self.temperature
             else "greedy, finished rows pruned",
             "transformers": transformers.__version__,
@@ -181,3 +187,11 @@ class HFBackend(TokenizedEngine):
             "hub_revision": getattr(self.model.config, "_commit_hash", None),
             **self.ckpt.describe(),
         }
+
+
+def _pick(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's next token (argmax, or a draw at `temperature`) and its log-probability under that distribution."""
+    scaled = logits.float() / temperature if temperature else logits.float()
+    logprobs = torch.log_softmax(scaled, dim=-1)
+    tokens = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1) if temperature else logits.argmax(-1)
+    return tokens, logprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)

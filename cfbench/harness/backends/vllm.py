@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 
+from cfbench.harness.backends import Completion
 from cfbench.harness.backends.tokens import PromptTokens, TokenizedEngine
 from cfbench.harness.checkpoints import ResolvedCheckpoint
 from cfbench.harness.errors import CfbenchError
@@ -54,13 +55,21 @@ class VLLMBackend(TokenizedEngine):
         self.llm = vllm.LLM(model=ckpt.location, tokenizer=ckpt.location, enable_prefix_caching=True, **self.settings)
         self.tokens = PromptTokens(self.llm.get_tokenizer())
 
-    def generate(self, prompts: list[str], max_new_tokens: int, max_context_tokens: int, stop: tuple[str, ...]) -> list[str]:
+    def generate(self, prompts: list[str], max_new_tokens: int, max_context_tokens: int, stop: tuple[str, ...]) -> list[Completion]:
         params = self._vllm.SamplingParams(
             temperature=0.0, max_tokens=max_new_tokens, stop=list(stop) or None, include_stop_str_in_output=True, skip_special_tokens=True
         )
         inputs = [{"prompt_token_ids": self.tokens.context(p, max_context_tokens)} for p in prompts]
         outputs = self.llm.generate(inputs, params, use_tqdm=False)
-        return [cut_at_stop(out.outputs[0].text, stop) for out in outputs]
+        completions = []
+        for out in outputs:
+            first = out.outputs[0]
+            text = cut_at_stop(first.text, stop)
+            hit = next((s for s in stop if text.endswith(s)), None)
+            completions.append(
+                Completion(text, len(first.token_ids), "stop" if first.finish_reason == "stop" else "length", hit, tuple(first.token_ids))
+            )
+        return completions
 
     def describe(self) -> dict:
         return {

@@ -208,7 +208,7 @@ def feedback(
 
     def answers(name: str, mine: list[Task], step: int, stream: str):
         engine = sampler(accelerator, roles[name], tokens, ckpt, config, step, stream)
-        return solver_answers([(t.id, questions[t.id], labels[t.id]) for t in mine], engine, retriever, knobs, m, name)
+        return solver_answers([(t.id, questions[t.id], labels[t.id]) for t in mine], engine, retriever, knobs, m, name, config.rollout_rows)
 
     updates = dict.fromkeys(names, 0)
     for step, (epoch, index, batch) in enumerate(((e, i, b) for e in range(epochs) for i, b in enumerate(batches)), start=1):

@@ -114,6 +114,7 @@ class RLConfig(TrainingConfig):
     steps: int | None = knob(or_absent(INT_FROM_0), None, omit_default=True)
     prompts_per_step: int = knob(INT_FROM_1)
     samples_per_prompt: int = knob(INT_FROM_1)
+    rollout_rows: int | None = knob(or_absent(INT_FROM_1), None, omit_default=True)  # trajectories sampled at once (core/rollouts.py)
     temperature: float = knob(Rule("a number in (0, 2] (rollouts are sampled)", lambda v: POSITIVE.holds(v) and v <= 2))
     learning_rate: float = knob(OPEN_UNIT)
     warmup_steps: int = knob(INT_FROM_0)
@@ -121,6 +122,8 @@ class RLConfig(TrainingConfig):
     weight_decay: float = knob(NUMBER_FROM_0)
     max_grad_norm: float = knob(POSITIVE)
     micro_batch: int = knob(INT_FROM_1)
+    gradient_checkpointing: bool = knob(FLAG, False, omit_default=True)  # recompute each layer's activations in backward
+    logprob_chunk: int | None = knob(or_absent(INT_FROM_1), None, omit_default=True)  # positions per log-softmax (objective.py)
     save_every: int = knob(INT_FROM_1)
     seed: int = knob(INT_FROM_0)
     knobs: Knobs = section(Knobs)

@@ -49,6 +49,8 @@ def learner(config: RLConfig, weights: str | Path, accelerator, updates: int) ->
     from transformers import AutoModelForCausalLM, get_constant_schedule_with_warmup
 
     model = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32)
+    if config.gradient_checkpointing:  # only in train mode: the role's sampler (eval mode) decodes with its K/V cache as usual
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
     scheduler = get_constant_schedule_with_warmup(optimizer, config.warmup(updates))
     return Learner(*accelerator.prepare(model, optimizer, scheduler))

@@ -12,6 +12,7 @@ adds Search-R1's terms when a config's `objective` section sets them (training/c
 from __future__ import annotations
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 EPS = 1e-6
 
@@ -31,10 +32,34 @@ def group_advantages(rewards: torch.Tensor, groups: list[int]) -> torch.Tensor:
     return out
 
 
-def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """log pi(y_t | y_<t) for t = 1..T-1, shape [batch, T-1] (position t-1 predicts token t)."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
-    return torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+def token_logprobs(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0, chunk: int | None = None
+) -> torch.Tensor:
+    """log pi(y_t | y_<t) for t = 1..T-1, shape [batch, T-1] (position t-1 predicts token t).
+
+    pi is the distribution rollouts were sampled from, softmax(logits / temperature), as verl's actor
+    computes it: the ratio and the KL then compare like with like at any sampling temperature.
+    With `chunk`, the output head and log-softmax run `chunk` positions at a time and are recomputed
+    in backward (torch.utils.checkpoint), so the [batch, T, vocabulary] logits never exist whole: at
+    a 248k vocabulary that tensor, not the model, is the update's largest (cfbench train --plan).
+    Hand-written because the fused kernels that do this (Liger's linear cross-entropy) are CUDA-only.
+    """
+    if chunk is None:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
+        return _target_logprobs(logits, input_ids[:, 1:], temperature)
+    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, :-1]
+    head, targets = model.get_output_embeddings(), input_ids[:, 1:]
+    parts = [
+        checkpoint(
+            lambda h, t: _target_logprobs(head(h), t, temperature), hidden[:, s : s + chunk], targets[:, s : s + chunk], use_reentrant=False
+        )
+        for s in range(0, targets.shape[1], chunk)
+    ]
+    return torch.cat(parts, dim=1)
+
+
+def _target_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    return torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
 # Recipe terms of Search-R1's train_grpo.sh (verl): KL to a frozen reference and PPO's clipped ratio.

@@ -8,6 +8,10 @@ takes an optimizer step on each, the policy term clipped on the ratio to the log
 gave the same tokens before the first step (the sampling policy: verl's old_log_prob). Advantages
 are computed once over the whole batch, and the learning-rate schedule steps once per batch, as
 verl's actor does.
+
+Rollouts' tokens are the ids their engine sampled (core/episodes.py); where the engine gave their
+log-probs, `sampler_gap` reports the mean |log pi - log pi_sampler| over them before the first step:
+about 0 when trainer and sampler compute the same policy, larger when their numerics (or weights) drift.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cfbench.training.core.episodes import Episode, collate
+from cfbench.training.core.episodes import Episode, collate, sampled_logprobs
 from cfbench.training.core.objective import group_advantages, kl_per_token, recipe_loss, token_logprobs
 
 
@@ -27,10 +31,11 @@ class UpdateStats:
     kl: float | None = None  # mean per-token KL to the reference over trained tokens (kl_coef > 0)
     clipped: float | None = None  # share of trained tokens whose ratio was outside [1 - clip_eps, 1 + clip_eps] (updates_per_batch > 1)
     ratio: float | None = None  # mean ratio pi / pi_old over the last mini-batch's trained tokens (updates_per_batch > 1)
+    sampler_gap: float | None = None  # mean |log pi - log pi_sampler| before the first step, where the engine gave log-probs
 
     def metrics(self) -> dict:
         """The metrics.jsonl columns: loss and grad_norm, and each recipe term's statistic when it is on."""
-        extra = {"kl": self.kl, "clipped": self.clipped, "ratio": self.ratio}
+        extra = {"kl": self.kl, "clipped": self.clipped, "ratio": self.ratio, "sampler_gap": self.sampler_gap}
         return {"loss": self.loss, "grad_norm": self.grad_norm, **{k: v for k, v in extra.items() if v is not None}}
 
 
@@ -59,15 +64,16 @@ def update(role, accelerator, episodes: list[Episode], config, pad_id: int, refe
         for part in mini_batches(len(episodes), objective.updates_per_batch)
     ]
     rows = {span: [t.to(device) for t in collate(episodes[span[0] : span[1]], pad_id)] for part in parts for span in part}
-    old = _frozen_logprobs(model, rows) if len(parts) > 1 else {}
-    ref = _frozen_logprobs(reference, rows) if reference is not None else {}
+    sampled = {span: sampled_logprobs(episodes[span[0] : span[1]]).to(device) for span in parts[0]}
+    old = _frozen_logprobs(model, rows, config) if len(parts) > 1 else {}
+    ref = _frozen_logprobs(reference, rows, config) if reference is not None else {}
     model.train()
     losses, norms, tally = [], [], _Tally()
     for part in parts:
         size, total = part[-1][1] - part[0][0], 0.0
         for span in part:
             ids, attention, trained = rows[span]
-            logprobs = token_logprobs(model, ids, attention)
+            logprobs = token_logprobs(model, ids, attention, config.temperature, config.logprob_chunk)
             loss = recipe_loss(
                 logprobs,
                 trained,
@@ -82,6 +88,8 @@ def update(role, accelerator, episodes: list[Episode], config, pad_id: int, refe
             accelerator.backward(loss)
             total += loss.item()
             tally.add(logprobs.detach(), trained, old.get(span), ref.get(span), objective, last=part is parts[-1])
+            if part is parts[0]:
+                tally.gap(logprobs.detach(), trained, sampled[span])
         norms.append(float(accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)))
         role.optimizer.step()
         role.optimizer.zero_grad()
@@ -91,11 +99,13 @@ def update(role, accelerator, episodes: list[Episode], config, pad_id: int, refe
 
 
 @torch.no_grad()
-def _frozen_logprobs(model, rows: dict) -> dict:
+def _frozen_logprobs(model, rows: dict, config) -> dict:
     """Each micro-batch's token log-probs under `model` as it is now, in eval mode (no dropout), without gradients."""
     was_training = model.training
     model.eval()
-    out = {span: token_logprobs(model, ids, attention) for span, (ids, attention, _) in rows.items()}
+    out = {
+        span: token_logprobs(model, ids, attention, config.temperature, config.logprob_chunk) for span, (ids, attention, _) in rows.items()
+    }
     model.train(was_training)
     return out
 
@@ -105,6 +115,12 @@ class _Tally:
 
     def __init__(self) -> None:
         self.tokens = self.kl = self.clipped = self.last_tokens = self.last_ratio = 0.0
+        self.gap_tokens = self.gap_sum = 0.0
+
+    def gap(self, logprobs, trained, sampled) -> None:
+        known = (trained.bool() & ~sampled.isnan()).to(logprobs.dtype)
+        self.gap_tokens += float(known.sum())
+        self.gap_sum += float(((logprobs - sampled.nan_to_num()).abs() * known).sum())
 
     def add(self, logprobs, trained, old, ref, objective, *, last: bool) -> None:
         mask = trained.to(logprobs.dtype)
@@ -124,4 +140,6 @@ class _Tally:
         out = {"kl": self.kl / tokens} if with_kl else {}
         if with_ratio:
             out |= {"clipped": self.clipped / tokens, "ratio": self.last_ratio / max(self.last_tokens, 1.0)}
+        if self.gap_tokens:
+            out["sampler_gap"] = self.gap_sum / self.gap_tokens
         return out

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from cfbench.harness.agent import Trajectory, run_batch
+from cfbench.harness.agent import Trajectory
 from cfbench.harness.backends import Backend
 from cfbench.harness.backends.tokens import PromptTokens
 from cfbench.harness.checkpoints import resolve
@@ -48,7 +48,7 @@ from cfbench.harness.suite import Question
 from cfbench.training.config.classes import RLConfig, SelfEvolutionConfig
 from cfbench.training.config.schema import to_json
 from cfbench.training.core.answers import MATCHER, matches
-from cfbench.training.core.episodes import encode_episode
+from cfbench.training.core.episodes import rollout_episode
 from cfbench.training.core.learner import (
     TRAIN_RECORD,
     append_row,
@@ -62,6 +62,7 @@ from cfbench.training.core.learner import (
 )
 from cfbench.training.core.plots import SELF_EVOLUTION_PANELS, plot_curves
 from cfbench.training.core.policy_update import reference_model, update
+from cfbench.training.core.rollouts import rollouts
 from cfbench.training.selfevolve import crossfit, msv, proposer
 from cfbench.training.selfevolve.sources import Task, corpus_path, pool_folds, source_pool, tasks_for_step
 
@@ -153,18 +154,18 @@ def self_evolve(
 
 
 def solver_answers(
-    items: list[tuple[str, str, str]], engine: Backend, retriever, knobs: Knobs, m: int, name: str
+    items: list[tuple[str, str, str]], engine: Backend, retriever, knobs: Knobs, m: int, name: str, rows: int | None
 ) -> list[list[Trajectory]]:
-    """`m` sampled protocol-v1 answers of each (task id, question, adopted label) by solver `name`."""
+    """`m` sampled protocol-v1 answers of each (task id, question, adopted label) by solver `name`, `rows` at a time."""
     asked = [Question(f"{tid}#{name}#{j}", "self-evolution", question, (label,)) for tid, question, label in items for j in range(m)]
-    trajs = run_batch(asked, engine, retriever, knobs)
+    trajs = rollouts(asked, engine, retriever, knobs, rows)
     return [trajs[i * m : (i + 1) * m] for i in range(len(items))]
 
 
 def solver_episodes(tokens: PromptTokens, config: RLConfig, groups: list[tuple[list[Trajectory], str]]) -> list:
     """GRPO episodes of a solver's answers, one group per question, rewarded by matching its adopted label."""
     return [
-        encode_episode(tokens, tr.prompt, tr.turns, config.reward.of(tr.prediction, [label], tr.turns), group)
+        rollout_episode(tokens, tr, config.reward.of(tr.prediction, [label], tr.turns), group, config.knobs.max_context_tokens)
         for group, (trajs, label) in enumerate(groups)
         for tr in trajs
     ]
@@ -282,11 +283,12 @@ class _Loop:
         for hops in sorted({t.hops for t in tasks}):  # the proposer's search budget is its task's n-1
             group = [t for t in tasks if t.hops == hops]
             budget = dataclasses.replace(c.knobs, max_searches=hops - 1)
-            trajs = run_batch(
+            trajs = rollouts(
                 [Question(t.id, "proposer", "", ()) for t in group],
                 engines["proposer"],
                 self.retriever,
                 budget,
+                c.rollout_rows,
                 user_prompts=[proposer.prompt(t) for t in group],
             )
             s.drafts.update((t.id, tr) for t, tr in zip(group, trajs, strict=True))
@@ -327,7 +329,7 @@ class _Loop:
             for p in [msv.source_aware_prompt(q, t.contents)] * msv.SAMPLES + [user_prompt(q)] * msv.SAMPLES
         ]
         asked = [Question(f"{t.id}#msv{j}", "msv", q, ()) for t, q in zip(candidates, questions) for j in range(2 * msv.SAMPLES)]
-        trajs = run_batch(asked, engine, self.retriever, self.knobs, user_prompts=users)
+        trajs = rollouts(asked, engine, self.retriever, self.knobs, self.config.rollout_rows, user_prompts=users)
         self._spent(s, trajs)
         answers = [tr.prediction for tr in trajs]
         for i, t in enumerate(candidates):
@@ -338,7 +340,13 @@ class _Loop:
 
     def _answers(self, s: _Step, tasks: list[Task], engine: Backend, name: str) -> dict[str, list[Trajectory]]:
         answers = solver_answers(
-            [(t.id, s.proposals[t.id].question, s.labels[t.id]) for t in tasks], engine, self.retriever, self.knobs, self.m, name
+            [(t.id, s.proposals[t.id].question, s.labels[t.id]) for t in tasks],
+            engine,
+            self.retriever,
+            self.knobs,
+            self.m,
+            name,
+            self.config.rollout_rows,
         )
         self._spent(s, [tr for trs in answers for tr in trs])
         return {t.id: trs for t, trs in zip(tasks, answers)}
@@ -353,7 +361,8 @@ class _Loop:
     def updates(self, s: _Step, engines: dict[str, Backend], step_role: Callable[[str, list], float]) -> dict[str, float]:
         c, losses = self.config, {}
         if s.phase == "proposer":
-            episodes = [encode_episode(self.tokens, s.drafts[t.id].prompt, s.drafts[t.id].turns, s.rewards[t.id], t.hops) for t in s.tasks]
+            cut = c.knobs.max_context_tokens
+            episodes = [rollout_episode(self.tokens, s.drafts[t.id], s.rewards[t.id], t.hops, cut) for t in s.tasks]
             losses["proposer"] = step_role("proposer", episodes)  # groups = hop counts: the HRPO baseline
             for t in s.tasks:
                 self.provenance.add("proposer", s.folds[t.id], t.source_id)
