@@ -72,3 +72,27 @@ def test_samples_of_one_prompt_each_continue_their_own_context(tiny_llama):
     kept = list(engine._reusable)
     engine.complete(nexts, 4, ())
     assert len(kept) == 3 and all(old not in engine._reusable for old in kept)  # each was consumed by its own continuation
+
+
+def test_contexts_of_ended_trajectories_are_freed_without_changing_an_output(tiny_llama, bm25):
+    """A kept context no prompt of a generate call extends belongs to an ended trajectory: it is freed then.
+    The outputs are those of an engine that keeps every context (the K/V reuse is unchanged)."""
+    from cfbench.harness.agent import run_batch
+    from cfbench.harness.protocol import Knobs
+    from cfbench.harness.suite import load_suite
+
+    class KeepsAll(HFBackend):  # the engine before contexts were freed: generate goes straight to complete
+        def generate(self, prompts, max_new_tokens, max_context_tokens, stop):
+            return self.complete([self.tokens.context(p, max_context_tokens) for p in prompts], max_new_tokens, stop)
+
+    questions = load_suite("mini").questions[:8]
+    knobs = Knobs(max_new_tokens=12, max_searches=2)
+    freeing, keeping = HFBackend.load(resolve(str(tiny_llama))), KeepsAll.load(resolve(str(tiny_llama)))
+    first = run_batch(questions[:4], freeing, bm25, knobs)
+    assert len(freeing._reusable) == 4  # the batch's last turn: kept until the next call shows they ended
+    ended = list(freeing._reusable)
+    second = run_batch(questions[4:], freeing, bm25, knobs)
+    assert not any(old in freeing._reusable for old in ended) and len(freeing._reusable) == 4
+    before = run_batch(questions[:4], keeping, bm25, knobs) + run_batch(questions[4:], keeping, bm25, knobs)
+    assert len(keeping._reusable) == 8  # it still holds the first batch's contexts
+    assert [c.ids for t in first + second for c in t.completions] == [c.ids for t in before for c in t.completions]

@@ -59,6 +59,10 @@ class HFBackend(TokenizedEngine):
 
     def generate(self, prompts: list[str], max_new_tokens: int, max_context_tokens: int, stop: tuple[str, ...]) -> list[Completion]:
         encoded = [self.tokens.context(p, max_context_tokens) for p in prompts]
+        # The agent loop continues every live trajectory in each call, so a kept context that no prompt here
+        # extends belongs to one that has ended: free it now. Only what is never read again goes, so outputs
+        # stay exactly the same (a server's client may split a turn over requests: serve-model calls complete).
+        self._reusable = [old for old in self._reusable if any(self._extends(ids, old) for ids in encoded)]
         seed = call_seed(self.seed, self.calls)
         self.calls += 1
         return self.complete(encoded, max_new_tokens, stop, self.temperature, seed)
