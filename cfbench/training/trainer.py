@@ -20,6 +20,7 @@ Run directory (Search-R1):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -35,25 +36,20 @@ from cfbench.harness.backends.tokens import PromptTokens
 from cfbench.harness.checkpoints import resolve
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import dumps, write_atomic, write_jsonl
-from cfbench.harness.suite import Question
 from cfbench.training.config.classes import BaseConfig, SearchR1Config, SelfEvolutionConfig, TrainingConfig, read_run_config
 from cfbench.training.config.schema import to_json
 from cfbench.training.core.episodes import rollout_episode
 from cfbench.training.core.learner import (
     TRAIN_RECORD,
     append_row,
-    check_space,
     checkpoints,
     drop_partial_saves,
-    keep_rows_before,
-    learner,
-    restore,
-    resume_from,
     sampler,
     save,
+    start_roles,
 )
 from cfbench.training.core.plots import plot_curves
-from cfbench.training.core.policy_update import UpdateStats, reference_model, update
+from cfbench.training.core.policy_update import UpdateStats, update
 from cfbench.training.core.rollouts import rollouts
 
 RESUMABLE = {"steps", "save_every", "note"}  # none changes a step's result; every other knob must match
@@ -129,7 +125,6 @@ def train(
 
 
 def _search_r1(config: SearchR1Config, out: Path, start: int, accelerator, on_step: Callable[[dict], None]) -> Path:
-    from transformers import AutoTokenizer
 
     from cfbench.harness.retrievers.choose import retriever_for
     from cfbench.training.core.data import load_train_set
@@ -137,16 +132,8 @@ def _search_r1(config: SearchR1Config, out: Path, start: int, accelerator, on_st
     world, rank, main = accelerator.num_processes, accelerator.process_index, accelerator.is_main_process
     if main:
         (out / "rollouts").mkdir(exist_ok=True)
-    torch.manual_seed(config.seed)
-    ckpt = resolve(config.model)
-    tokenizer = AutoTokenizer.from_pretrained(ckpt.location)
-    policy = learner(config, resume_from(out, start, ckpt, ""), accelerator, config.steps)
-    reference = reference_model(config, ckpt.location, accelerator)
-    check_space(accelerator, {"": policy}, out)
-    if start:
-        restore(accelerator, out / f"checkpoint-{start}")
-    if main:
-        keep_rows_before(out / "metrics.jsonl", start)
+    ckpt, tokenizer, roles, reference = start_roles(config, out, start, accelerator, {"main": config.steps})
+    policy = roles["main"]
 
     questions = load_train_set(config.train_set, sources=config.sources)
     random.Random(config.seed).shuffle(questions)
@@ -159,7 +146,7 @@ def _search_r1(config: SearchR1Config, out: Path, start: int, accelerator, on_st
         picked = [questions[(step * config.prompts_per_step + i) % len(questions)] for i in range(config.prompts_per_step)]
         engine = sampler(accelerator, policy, tokens, ckpt, config, step + 1, f"policy-{rank}")
         group = [
-            Question(f"{q.id}#{k}", q.source, q.question, tuple(q.golden_answers)) for q in picked[rank::world] for k in range(m)
+            dataclasses.replace(q, id=f"{q.id}#{k}") for q in picked[rank::world] for k in range(m)
         ]  # each process its share of prompts
         trajectories = rollouts(group, engine, retriever, config.knobs, config.rollout_rows)
         rewards = [config.reward.of(t.prediction, list(t.question.golden_answers), t.turns) for t in trajectories]
@@ -177,7 +164,7 @@ def _search_r1(config: SearchR1Config, out: Path, start: int, accelerator, on_st
             write_jsonl(out / "rollouts" / f"step-{step + 1}.jsonl", rows)
             append_row(out / "metrics.jsonl", row)
         if (step + 1) % config.save_every == 0 or step + 1 == config.steps:
-            last = save(accelerator, {"": policy}, tokenizer, out, step + 1, {"config": to_json(config)})
+            last = save(accelerator, roles, tokenizer, out, step + 1, {"config": to_json(config)})
             if main:
                 plot_curves(out / "metrics.jsonl", out / "curves.png")
         if main:

@@ -197,7 +197,7 @@ def feedback(
         if not checkpoints(run):
             raise CfbenchError(f"{run}: --feedback coupled scores with the run's main solver, but the run has no checkpoint-N yet")
         latest = checkpoints(run)[-1][1]
-        roles = {"main": learner(config, latest, accelerator, epochs * len(batches))}
+        roles = {"main": learner(config, ckpt.location, accelerator, epochs * len(batches), latest)}
         provenance = crossfit.Provenance(names, json.loads((latest / TRAIN_RECORD).read_text())["provenance"])
     else:
         roles = {name: learner(config, ckpt.location, accelerator, epochs * len(batches)) for name in names}

@@ -108,7 +108,8 @@ class WarmStartConfig(TrainingConfig):
 class RLConfig(TrainingConfig):
     """The GRPO treatments: AdamW with a constant learning rate after a linear warmup, clipping at max_grad_norm.
     warmup_ratio (verl's lr_warmup_steps_ratio) sets the warmup as a share of a role's updates when
-    warmup_steps is 0; objective holds the loss's recipe terms (sections.Objective)."""
+    warmup_steps is 0; objective holds the loss's recipe terms (sections.Objective); a lora section
+    trains an adapter per role instead of every weight."""
 
     retriever: str = knob(TEXT)
     steps: int | None = knob(or_absent(INT_FROM_0), None, omit_default=True)
@@ -129,6 +130,7 @@ class RLConfig(TrainingConfig):
     knobs: Knobs = section(Knobs)
     reward: Reward = section(Reward)
     objective: Objective = section(Objective, default=Objective(), omit_default=True)
+    lora: Lora | None = section(Lora, default=None, omit_default=True)  # train LoRA adapters over the frozen model (core/learner.py)
 
     def check(self) -> None:
         super().check()

@@ -3,7 +3,8 @@
 `search-r1` is tasks/train/search-r1.jsonl.gz (NQ-open train + HotpotQA train, every question an eval
 suite asks removed; see tasks/README.md), hash-checked against tasks/manifest.json on every load like
 the bundled suites. A user file has the same fields: `id`, `question`, `golden_answers` (list of
-strings) and optionally `source` (default: the file's stem). `hub:REPO_ID` (a hub dataset) or a
+strings) and optionally `source` (default: the file's stem). A training question is a suite's `Question`
+whose benchmark is its source. `hub:REPO_ID` (a hub dataset) or a
 directory (a local copy of one) is a dataset in Search-R1's form, read with `datasets.load_dataset`
 (parquet, JSON lines...): its train split's files, Search-R1's columns mapped to those fields. Only a
 `hub:` spec ever touches the network.
@@ -15,30 +16,21 @@ import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from cfbench.harness import jsonl
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.paths import MANIFEST, TASKS_DIR
-from cfbench.harness.suite import checked_questions, file_rows
+from cfbench.harness.suite import Question, checked_questions, file_rows
 
 HUB = "hub:"
-
-
-@dataclass(frozen=True)
-class TrainQuestion:
-    id: str
-    source: str
-    question: str
-    golden_answers: tuple[str, ...]
 
 
 def bundled_train_sets() -> dict[str, dict]:
     return json.loads(MANIFEST.read_text()).get("train", {})
 
 
-def load_train_set(spec: str, sources: Sequence[str] | None = None) -> list[TrainQuestion]:
+def load_train_set(spec: str, sources: Sequence[str] | None = None) -> list[Question]:
     """The questions of a bundled set, a file, a dataset directory or `hub:REPO_ID`, only those of `sources` when given."""
     bundled = bundled_train_sets()
     if spec.startswith(HUB):
@@ -58,22 +50,22 @@ def load_train_set(spec: str, sources: Sequence[str] | None = None) -> list[Trai
     return _select(questions, sources, spec)
 
 
-def _from_file(path: Path, data: bytes) -> list[TrainQuestion]:
+def _from_file(path: Path, data: bytes) -> list[Question]:
     return _checked(file_rows(path, data), path.name.split(".")[0], str(path))
 
 
-def _checked(rows: Iterable[tuple[str, dict]], default_source: str, name: str) -> list[TrainQuestion]:
-    return [TrainQuestion(*row) for row in checked_questions(rows, "source", default_source, f"{name}: the training set")]
+def _checked(rows: Iterable[tuple[str, dict]], default_source: str, name: str) -> list[Question]:
+    return [Question(*row) for row in checked_questions(rows, "source", default_source, f"{name}: the training set")]
 
 
-def _select(questions: list[TrainQuestion], sources: Sequence[str] | None, spec: str) -> list[TrainQuestion]:
+def _select(questions: list[Question], sources: Sequence[str] | None, spec: str) -> list[Question]:
     if sources is None:
         return questions
-    known = list(dict.fromkeys(q.source for q in questions))
+    known = list(dict.fromkeys(q.benchmark for q in questions))
     missing = [s for s in sources if s not in known]
     if missing:
         raise CfbenchError(f"{spec}: no questions from source(s) {', '.join(missing)}; its sources are {', '.join(known)}")
-    return [q for q in questions if q.source in sources]
+    return [q for q in questions if q.benchmark in sources]
 
 
 # ---------------------------------------------------------------- hub:REPO_ID and dataset directories

@@ -2,11 +2,13 @@
 
 A role (the Search-R1 policy; Dr. Zero's proposer, main solver and auxiliary solvers) is a copy of
 the starting model prepared by accelerate with its own AdamW and constant-with-warmup schedule
-(training/core/policy_update.py updates it).
-`save` writes checkpoint-N atomically: the main policy as a plain HF model at the top (what `cfbench
-eval --ckpt` scores), other roles as HF models in sub-directories, and accelerate's state of every
-role (optimizer, scheduler, RNG) in state/ for --resume. The weights are stored once, as the HF
-models: `resume_from` rebuilds each role from them and `restore` adds the rest. Only the latest
+(training/core/policy_update.py updates it); with a `lora` section in the config it trains a peft
+LoRA adapter over the frozen starting model instead of every weight (the cpu scale: its checkpoints
+are a few MB, small enough to commit beside an unfinished evaluation).
+`save` writes checkpoint-N atomically: the main policy at the top (an HF model, or its adapter: either
+is what `cfbench eval --ckpt` scores), other roles likewise in sub-directories, and accelerate's state
+of every role (optimizer, scheduler, RNG) in state/ for --resume. The weights are stored once, as
+those models: `resume_from` rebuilds each role from them and `restore` adds the rest. Only the latest
 checkpoint keeps state/ (resume always starts there); once a newer one is in place, an older
 one's state/ is removed and its HF models and record stay for eval.
 """
@@ -26,9 +28,10 @@ import torch
 from accelerate.utils import broadcast_object_list
 
 from cfbench.harness.backends.hf import HFBackend
-from cfbench.harness.checkpoints import ResolvedCheckpoint
+from cfbench.harness.checkpoints import ResolvedCheckpoint, resolve
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import append_jsonl, dumps, write_atomic
+from cfbench.training.core.policy_update import reference_model
 
 if TYPE_CHECKING:
     from cfbench.training.config.classes import RLConfig
@@ -43,17 +46,61 @@ class Learner:
     scheduler: object
 
 
-def learner(config: RLConfig, weights: str | Path, accelerator, updates: int) -> Learner:
-    """A role whose model starts from the HF model at `weights` (a directory or hub id) and takes `updates`
-    schedule steps in the whole run (its warmup may be a share of them: RLConfig.warmup)."""
+def learner(config: RLConfig, base: str | Path, accelerator, updates: int, saved: Path | None = None) -> Learner:
+    """A role starting from the HF model at `base` (a directory or hub id), or continuing `saved` (a role a
+    checkpoint holds: an HF model, or with config.lora the LoRA adapter trained over `base`); it takes
+    `updates` schedule steps in the whole run (its warmup may be a share of them: RLConfig.warmup)."""
     from transformers import AutoModelForCausalLM, get_constant_schedule_with_warmup
 
-    model = AutoModelForCausalLM.from_pretrained(weights, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(saved if saved and not config.lora else base, dtype=torch.float32)
+    if config.lora:
+        model = _with_adapter(model, config, saved)
     if config.gradient_checkpointing:  # only in train mode: the role's sampler (eval mode) decodes with its K/V cache as usual
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trained, lr=config.learning_rate, weight_decay=config.weight_decay)
     scheduler = get_constant_schedule_with_warmup(optimizer, config.warmup(updates))
     return Learner(*accelerator.prepare(model, optimizer, scheduler))
+
+
+def _with_adapter(model, config: RLConfig, saved: Path | None):
+    """peft's LoRA over the frozen base: a fresh adapter (seeded by the run's torch seed), or the saved one continued.
+
+    The adapter records the config's model name as its base (not this machine's cache path), so
+    `cfbench eval --ckpt` of a checkpoint finds the base anywhere (harness/checkpoints.py).
+    """
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    if saved is not None:
+        return PeftModel.from_pretrained(model, saved, is_trainable=True)
+    lora = config.lora
+    settings = LoraConfig(
+        r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules), task_type="CAUSAL_LM"
+    )
+    model = get_peft_model(model, settings)
+    model.peft_config["default"].base_model_name_or_path = config.model
+    return model
+
+
+def start_roles(
+    config: RLConfig, out: Path, start: int, accelerator, updates: dict[str, int]
+) -> tuple[ResolvedCheckpoint, object, dict, object]:
+    """(starting checkpoint, tokenizer, roles, KL reference) of a run at `start`: every role (`updates`: name ->
+    its scheduled updates; "main" is the main policy) from the starting model or checkpoint-`start`, with
+    its optimizer, scheduler and RNG restored, and the run's metrics cut back to `start`."""
+    from transformers import AutoTokenizer
+
+    torch.manual_seed(config.seed)  # a fresh LoRA adapter's initial weights come from it
+    ckpt = resolve(config.model)
+    tokenizer = AutoTokenizer.from_pretrained(ckpt.location)
+    roles = {name: learner(config, ckpt.location, accelerator, n, resume_from(out, start, name)) for name, n in updates.items()}
+    reference = reference_model(config, ckpt.location, accelerator)
+    check_space(accelerator, roles, out)
+    if start:
+        restore(accelerator, out / f"checkpoint-{start}")
+    if accelerator.is_main_process:
+        keep_rows_before(out / "metrics.jsonl", start)
+    return ckpt, tokenizer, roles, reference
 
 
 def sampler(accelerator, role: Learner, tokens, ckpt, config: RLConfig, step: int, stream: str) -> HFBackend:
@@ -74,9 +121,14 @@ def drop_partial_saves(out: Path) -> None:
         shutil.rmtree(partial)
 
 
-def resume_from(out: Path, start: int, ckpt: ResolvedCheckpoint, name: str) -> str | Path:
-    """Where role `name` ("" = the main policy) takes its weights: the starting model, or checkpoint-`start`'s copy."""
-    return out / f"checkpoint-{start}" / name if start else ckpt.location
+def role_dir(checkpoint: Path, name: str) -> Path:
+    """Where role `name` lives in a checkpoint: the main policy ("main") at the top, every other role in its sub-directory."""
+    return checkpoint if name == "main" else checkpoint / name
+
+
+def resume_from(out: Path, start: int, name: str) -> Path | None:
+    """What role `name` continues: checkpoint-`start`'s copy, or None (a fresh role)."""
+    return role_dir(out / f"checkpoint-{start}", name) if start else None
 
 
 def restore(accelerator, checkpoint: Path) -> None:
@@ -92,12 +144,13 @@ def restore(accelerator, checkpoint: Path) -> None:
 
 
 def check_space(accelerator, roles: dict[str, Learner], out: Path) -> None:
-    """Refuse, before writing, a checkpoint the disk cannot hold: every role's weights and AdamW's two moments.
+    """Refuse, before writing, a checkpoint the disk cannot hold: every role's trained weights and AdamW's two moments.
 
     Called when a run starts (fail before the work, not after it) and before every save. The main
     process reads the free space and every process decides on that number, so all stop together.
     """
-    need = sum(3 * p.numel() * p.element_size() for role in roles.values() for p in role.model.parameters()) + (16 << 20) * len(roles)
+    need = sum(3 * p.numel() * p.element_size() for role in roles.values() for p in role.model.parameters() if p.requires_grad)
+    need += (16 << 20) * len(roles)
     [free] = broadcast_object_list([shutil.disk_usage(out).free if accelerator.is_main_process else None])
     if free < need:
         raise CfbenchError(
@@ -109,7 +162,7 @@ def check_space(accelerator, roles: dict[str, Learner], out: Path) -> None:
 def save(accelerator, roles: dict[str, Learner], tokenizer, out: Path, step: int, record: dict) -> Path:
     """checkpoint-N written beside, then moved into place: a crash never leaves a half checkpoint.
 
-    roles[""] is the main policy (top level); other names become sub-directories. The main process
+    roles["main"] is the main policy (top level); other names become sub-directories. The main process
     writes the HF models; every process adds its part of the accelerate state. A failed write
     (a full disk, say) removes what it had written.
     """
@@ -119,8 +172,11 @@ def save(accelerator, roles: dict[str, Learner], tokenizer, out: Path, step: int
     try:
         if accelerator.is_main_process:
             for name, role in roles.items():
-                accelerator.unwrap_model(role.model).save_pretrained(tmp / name, safe_serialization=True)
-                tokenizer.save_pretrained(tmp / name)
+                model = accelerator.unwrap_model(role.model)
+                # An adapter's embeddings are never trained here; peft's "auto" would look its base up on the hub to check.
+                adapter = {"save_embedding_layers": False} if hasattr(model, "peft_config") else {}
+                model.save_pretrained(role_dir(tmp, name), safe_serialization=True, **adapter)
+                tokenizer.save_pretrained(role_dir(tmp, name))
         accelerator.wait_for_everyone()
         handle = accelerator.register_save_state_pre_hook(lambda models, weights, output_dir: weights.clear())  # stored once, above
         try:

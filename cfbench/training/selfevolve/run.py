@@ -39,7 +39,6 @@ import torch
 from cfbench.harness.agent import Trajectory
 from cfbench.harness.backends import Backend
 from cfbench.harness.backends.tokens import PromptTokens
-from cfbench.harness.checkpoints import resolve
 from cfbench.harness.corpus import load_corpus
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import write_jsonl
@@ -52,16 +51,12 @@ from cfbench.training.core.episodes import rollout_episode
 from cfbench.training.core.learner import (
     TRAIN_RECORD,
     append_row,
-    check_space,
-    keep_rows_before,
-    learner,
-    restore,
-    resume_from,
     sampler,
     save,
+    start_roles,
 )
 from cfbench.training.core.plots import SELF_EVOLUTION_PANELS, plot_curves
-from cfbench.training.core.policy_update import reference_model, update
+from cfbench.training.core.policy_update import update
 from cfbench.training.core.rollouts import rollouts
 from cfbench.training.selfevolve import crossfit, msv, proposer
 from cfbench.training.selfevolve.sources import Task, corpus_path, pool_folds, source_pool, tasks_for_step
@@ -86,7 +81,6 @@ def self_evolve(
 ) -> Path:
     if accelerator.num_processes > 1:
         raise CfbenchError("the self-evolution treatments run in one process: launch them without accelerate's multi-process mode")
-    from transformers import AutoTokenizer
 
     from cfbench.harness.retrievers.choose import retriever_for
 
@@ -94,23 +88,15 @@ def self_evolve(
     pool = source_pool(corpus, config.source_pool, config.seed)
     folds = pool_folds(corpus, pool, out, resume, (config.proposer_steps + config.solver_steps) * config.prompts_per_step)
     (out / "audit").mkdir(exist_ok=True)
-    torch.manual_seed(config.seed)
-    ckpt = resolve(config.model)
-    tokenizer = AutoTokenizer.from_pretrained(ckpt.location)
-    tokens = PromptTokens(tokenizer)
     solver_names = crossfit.solvers(config.crossfit, config.control)
-    roles = {
-        name: learner(config, resume_from(out, start, ckpt, "" if name == "main" else name), accelerator, config.updates_of(name))
-        for name in ["main", "proposer", *solver_names[1:]]
-    }
-    reference = reference_model(config, ckpt.location, accelerator)  # every role starts from the same weights
-    check_space(accelerator, roles, out)
+    names = ["main", "proposer", *solver_names[1:]]
+    # every role starts from the same weights, so one KL reference serves them all
+    ckpt, tokenizer, roles, reference = start_roles(config, out, start, accelerator, {name: config.updates_of(name) for name in names})
+    tokens = PromptTokens(tokenizer)
     provenance = crossfit.Provenance([*solver_names, "proposer"])  # the proposer's too: it writes the labels of Dr. Zero and CrossFit
     if start:
-        restore(accelerator, out / f"checkpoint-{start}")
         saved = json.loads((out / f"checkpoint-{start}" / TRAIN_RECORD).read_text())["provenance"]
         provenance = crossfit.Provenance([*solver_names, "proposer"], saved)
-    keep_rows_before(out / "metrics.jsonl", start)
     for stale in (out / "audit").glob("step-*.jsonl"):
         if int(stale.stem.split("-")[1]) > start:
             stale.unlink()
@@ -139,10 +125,9 @@ def self_evolve(
         row = state.metrics(losses, rolled - began, updated - rolled, device)
         append_row(out / "metrics.jsonl", row)
         if step % config.save_every == 0 or step == config.steps:
-            named = {("" if name == "main" else name): role for name, role in roles.items()}
             last = save(
                 accelerator,
-                named,
+                roles,
                 tokenizer,
                 out,
                 step,
