@@ -59,13 +59,7 @@ DEFAULTS = Knobs()
 @click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True, help="openai: requests in flight.")
 @click.option("--request-size", type=click.IntRange(min=1), default=16, show_default=True, help="openai: prompts per request.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True, help="openai: seconds per request.")
-@click.option(
-    "--retries",
-    type=click.IntRange(min=0),
-    default=3,
-    show_default=True,
-    help="openai: retries of a failed request (the openai SDK's, with exponential backoff).",
-)
+@click.option("--retries", type=click.IntRange(min=0), default=3, show_default=True, help="openai: retries of a request.")
 @click.option("--api-key", default=None, help="openai: the server's key [default: $OPENAI_API_KEY; none for a local server].")
 @click.option("--organization", default=None, help="openai: OpenAI organization header [default: $OPENAI_ORG_ID].")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -83,22 +77,8 @@ def eval_cmd(
     max_obs_tokens,
     max_context_tokens,
     engine,
-    device,
-    dtype,
-    threads,
-    tensor_parallel_size,
-    gpu_memory_utilization,
-    max_model_len,
-    base_url,
-    model,
-    tokenizer,
-    concurrency,
-    request_size,
-    timeout,
-    retries,
-    api_key,
-    organization,
     seed,
+    **engine_options,
 ) -> None:
     """Evaluate a checkpoint on a suite under protocol v1 and print Cover-EM tables."""
     from cfbench.harness.backends.choose import backend_for
@@ -111,26 +91,7 @@ def eval_cmd(
         knobs = Knobs(topk, max_searches, max_new_tokens, max_obs_tokens, max_context_tokens)
         the_suite = load_suite(suite)
         retriever = retriever_for(retriever_spec, corpus)
-        backend = backend_for(
-            engine,
-            ckpt=ckpt,
-            device=device,
-            dtype=dtype,
-            threads=threads,
-            base_url=base_url,
-            model=model,
-            tokenizer=tokenizer,
-            concurrency=concurrency,
-            request_size=request_size,
-            timeout=timeout,
-            retries=retries,
-            api_key=api_key,
-            organization=organization,
-            tensor_parallel_size=tensor_parallel_size,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len,
-            seed=seed,
-        )
+        backend = backend_for(engine, ckpt=ckpt, seed=seed, **engine_options)
         with job_progress(the_suite.name, "q", fields={"searches": 0}) as progress:
 
             def on_searches(n: int) -> None:
@@ -190,27 +151,9 @@ def retriever() -> None:
 @click.option("--corpus", type=click.Path(path_type=Path), default=None, help="The corpus [default: the one in the manifest].")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
-@click.option(
-    "--max-results",
-    type=click.IntRange(min=1),
-    default=8192,
-    show_default=True,
-    help="Most passages one request may ask for (queries x topk); more is a 422.",
-)
-@click.option(
-    "--max-body-bytes",
-    type=click.IntRange(min=1),
-    default=1 << 20,
-    show_default=True,
-    help="Largest request body; more is a 413, refused before it is read whole.",
-)
-@click.option(
-    "--deadline",
-    type=click.FloatRange(min=0.1),
-    default=60.0,
-    show_default=True,
-    help="Seconds a request may take, queueing included; past it, a 503.",
-)
+@click.option("--max-results", type=click.IntRange(min=1), default=8192, show_default=True, help="Most passages a request gets.")
+@click.option("--max-body-bytes", type=click.IntRange(min=1), default=1 << 20, show_default=True, help="Largest request body.")
+@click.option("--deadline", type=click.FloatRange(min=0.1), default=60.0, show_default=True, help="Seconds a request may take.")
 @click.option(
     "--max-connections", type=click.IntRange(min=1), default=64, show_default=True, help="Open connections at once; past it, a 503."
 )

@@ -20,6 +20,8 @@ from cfbench.harness.paths import MANIFEST, TASKS_DIR
 
 @dataclass(frozen=True)
 class Question:
+    """One question: its id, the benchmark it belongs to (for a training question, its source), text and gold answers."""
+
     id: str
     benchmark: str
     question: str
@@ -28,6 +30,8 @@ class Question:
 
 @dataclass(frozen=True)
 class Suite:
+    """A loaded suite: its name, file, the sha256 the questions were read with, and the questions in file order."""
+
     name: str
     path: Path
     sha256: str

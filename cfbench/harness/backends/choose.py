@@ -15,22 +15,15 @@ def backend_for(
     device: str = "cpu",
     dtype: str | None = None,
     threads: int | None = None,
-    base_url: str | None = None,
-    model: str | None = None,
-    tokenizer: str | None = None,
-    concurrency: int = 4,
-    request_size: int = 16,
-    timeout: float = 600.0,
-    retries: int = 3,
-    api_key: str | None = None,
-    organization: str | None = None,
     tensor_parallel_size: int = 1,
     gpu_memory_utilization: float = 0.9,
     max_model_len: int | None = None,
     seed: int = 0,
+    **openai,
 ) -> Backend:
+    """The engine `kind` names; `openai` holds OpenAIBackend's keywords (base_url, model, tokenizer, concurrency, ...)."""
     if kind == "openai":
-        if not base_url or not model:
+        if not openai.get("base_url") or not openai.get("model"):
             raise CfbenchError("--backend openai needs --base-url URL and --model NAME (the name the server serves)")
         if ckpt:
             raise CfbenchError(
@@ -38,22 +31,12 @@ def backend_for(
             )
         from cfbench.harness.backends.openai import OpenAIBackend
 
-        return OpenAIBackend(
-            base_url,
-            model,
-            tokenizer,
-            concurrency=concurrency,
-            request_size=request_size,
-            timeout=timeout,
-            retries=retries,
-            api_key=api_key,
-            organization=organization,
-        )
+        return OpenAIBackend(**openai)
     if kind not in BACKENDS:
         raise CfbenchError(f"unknown --backend {kind!r}; choose one of {', '.join(BACKENDS)}")
     if not ckpt:
         raise CfbenchError(f"--backend {kind} needs --ckpt (a checkpoint dir, a bundled model such as smollm2-135m, or a hub id)")
-    if base_url or model or tokenizer or api_key or organization:
+    if any(openai.get(k) for k in ("base_url", "model", "tokenizer", "api_key", "organization")):
         raise CfbenchError(
             f"--base-url/--model/--tokenizer/--api-key/--organization are for --backend openai; --backend {kind} loads --ckpt itself"
         )
