@@ -80,3 +80,22 @@ def test_rollout_rows_bounds_the_rollout_memory_and_lets_a_refused_run_fit():
     assert chunked["rollout KV cache"] * 10 == pytest.approx(whole["rollout KV cache"])  # 32 rows at a time instead of 320
     assert chunked["weights"] == whole["weights"]  # nothing else changes
     assert plan(config | {"rollout_rows": 32}, 8, 24)[-1].startswith("fits: sharded bf16")  # refused above at 320 rows
+
+
+def test_with_a_lora_section_only_the_adapters_hold_gradients_and_moments():
+    """Hand count for Qwen3.5-4B, LoRA r 64 on every projection of its 32 layers:
+    per layer 64 x ((2560 + 2 x 4096) q + 2 x (2560 + 1024) k, v + (4096 + 2560) o + 3 x (2560 + 9216) mlp) = 64 x 59,904;
+    x 32 layers = 122.7 M parameters, replicated fp32: gradients 4 B and AdamW 8 B each = 0.49 + 0.98 GB."""
+    lora = {
+        "r": 64,
+        "alpha": 128,
+        "dropout": 0.0,
+        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+    }
+    full = load_config("search-r1", "paper")
+    adapted = full | {"lora": lora}
+    shape = SHAPES["Qwen/Qwen3.5-4B"]
+    assert shape.adapter_params(64, tuple(lora["target_modules"])) == 32 * 64 * 59904
+    terms, base = (estimate(c, shape, gpus=8, sharded=False, precision="fp32") for c in (adapted, full))
+    assert terms["gradients"] / GB == pytest.approx(0.491, rel=0.01) and terms["optimizer"] / GB == pytest.approx(0.981, rel=0.01)
+    assert terms["weights"] == base["weights"] and terms["rollout KV cache"] == base["rollout KV cache"]

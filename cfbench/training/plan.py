@@ -4,7 +4,8 @@ Per GPU, for each trained role (Search-R1's policy; Dr. Zero's proposer and main
 two auxiliary solvers) and a frozen reference when the config sets `kl_coef`:
     weights, gradients, AdamW state: 16 bytes/parameter either way (fp32: 4 + 4 + 8; bf16 mixed
         precision: 2 + 2 + 12 for the fp32 master copy and moments, ZeRO's accounting); ZeRO-3/FSDP
-        divides them by the GPU count, replication (DDP, what the trainer does today) does not;
+        divides them by the GPU count, replication (DDP, what the trainer does today) does not; with a
+        `lora` section only the adapters have gradients and moments (each role keeps its copy of the weights);
     activations of one micro-batch (micro_batch rows x max_context_tokens): Korthikanti et al. 2022's
         per-layer count adapted to SwiGLU, s b (16 h + 8 i) bytes in 16-bit, for every layer without
         gradient checkpointing; with it, each layer's 16-bit input plus one layer recomputed;
@@ -56,6 +57,13 @@ class Shape:
         mlp = 3 * self.hidden * self.intermediate
         return self.layers * (mixer + mlp) + self.vocab * self.hidden * (1 if self.tied else 2)
 
+    def adapter_params(self, r: int, targets: tuple[str, ...]) -> int:
+        """Parameters of LoRA adapters of rank r on the named projections of every layer (r x (in + out) each)."""
+        q, kv, h, i = self.heads * self.head_dim, self.kv_heads * self.head_dim, self.hidden, self.intermediate
+        sides = {"q_proj": (h, 2 * q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h), "gate_proj": (h, i), "up_proj": (h, i)}
+        sides["down_proj"] = (i, h)
+        return self.layers * sum(r * sum(sides[t]) for t in targets if t in sides)
+
     @property
     def attention_layers(self) -> int:
         return self.layers // self.attention_every
@@ -101,14 +109,15 @@ def estimate(config: RLConfig, shape: Shape, gpus: int, sharded: bool, precision
     """Bytes per GPU of each term for one layout."""
     trained, frozen = roles(config)
     p, split = shape.params, (gpus if sharded else 1)
+    learnt = shape.adapter_params(config.lora.r, config.lora.target_modules) if config.lora else p  # what has gradients and moments
     width = 2 if precision == "bf16" else 4
     b, s, h, v = config.micro_batch, config.knobs.max_context_tokens, shape.hidden, shape.vocab
     layer = b * s * (16 * h + 8 * shape.intermediate) * width / 2
     rows = rollout_rows(config, gpus)
     return {
         "weights": len(trained) * p * width / split,
-        "gradients": len(trained) * p * width / split,
-        "optimizer": len(trained) * p * (16 - 2 * width) / split,
+        "gradients": len(trained) * learnt * width / split,
+        "optimizer": len(trained) * learnt * (16 - 2 * width) / split,
         "frozen reference": len(frozen) * p * width / split,
         "activations, no checkpointing": shape.layers * layer,
         "activations, checkpointing": shape.layers * b * s * h * width + layer,
