@@ -22,7 +22,10 @@ if TYPE_CHECKING:
     "--treatment", required=True, help="base, search-r1, dr-zero, msv, crossfit, msv-crossfit or warm-start (training/treatments.py)."
 )
 @click.option(
-    "--scale", default="cpu-smoke", show_default=True, help="cpu-smoke or paper; warm-start also cpu (the shipped adapter's recipe)."
+    "--scale",
+    default="cpu-smoke",
+    show_default=True,
+    help="cpu-smoke, cpu (the study's table at 135M; for warm-start the shipped adapter's recipe) or paper.",
 )
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Run directory: checkpoints, metrics, rollouts (unless --plan).")
 @click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --out.")
