@@ -91,3 +91,6 @@ def test_a_trained_adapter_directory_is_merged_into_the_base_it_names_and_cached
         (adapter / "adapter_config.json").write_text(json.dumps({**settings, "base_model_name_or_path": base}))
         with pytest.raises(CfbenchError, match=error):
             resolve(str(adapter))
+    (adapter / "adapter_config.json").write_text("{not json")
+    with pytest.raises(CfbenchError, match=r"adapter_config.json is not JSON \(.* at line 1\); restore it"):
+        resolve(str(adapter))

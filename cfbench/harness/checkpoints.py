@@ -143,7 +143,11 @@ def materialise(name: str) -> Path:
 def _trained_adapter(directory: Path) -> Path:
     """A LoRA adapter a training run saved (a checkpoint of a config with a lora section) merged into the base
     its adapter_config.json names (a bundled model or a local checkpoint), cached under a hash of both."""
-    base_name = json.loads((directory / ADAPTER_FILES[0]).read_text()).get("base_model_name_or_path")
+    try:
+        settings = json.loads((directory / ADAPTER_FILES[0]).read_text())
+    except json.JSONDecodeError as e:
+        raise CfbenchError(f"adapter {directory}: adapter_config.json is not JSON ({e.msg} at line {e.lineno}); restore it") from None
+    base_name = settings.get("base_model_name_or_path") if isinstance(settings, dict) else None
     if not base_name:
         raise CfbenchError(
             f"adapter {directory}: adapter_config.json names no base_model_name_or_path; set it to the model it was trained on"
