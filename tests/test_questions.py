@@ -71,6 +71,6 @@ def test_a_valid_row_reads_the_same_through_both(tmp_path):
     suite, train = load_suite(str(path)).questions, load_train_set(str(path))
     assert (
         [(q.id, q.benchmark, q.question, q.golden_answers) for q in suite]
-        == [(q.id, q.source, q.question, q.golden_answers) for q in train]
+        == [(q.id, q.benchmark, q.question, q.golden_answers) for q in train]
         == [(q.id, "mine", q.question, q.golden_answers) for q in mini]
     )
