@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from cfbench.harness.paths import portable
+
+if TYPE_CHECKING:
+    from cfbench.harness.corpus import Corpus
 
 
 @dataclass(frozen=True)
@@ -21,3 +26,8 @@ class Retriever(Protocol):
     def describe(self) -> dict:
         """Everything that decides the results (kind, parameters, corpus and index hashes)."""
         ...
+
+
+def local_index(kind: str, corpus: Corpus, index_hash: str, **params) -> dict:
+    """A local index's describe(): its kind and parameters, then the corpus and the locally computed index hash."""
+    return {"kind": kind, **params, "corpus": portable(corpus.path), "corpus_sha256": corpus.sha256, "index_sha256": index_hash}

@@ -10,8 +10,7 @@ import Stemmer
 
 from cfbench.harness.corpus import Corpus
 from cfbench.harness.errors import CfbenchError
-from cfbench.harness.paths import portable
-from cfbench.harness.retrievers import Hit
+from cfbench.harness.retrievers import Hit, local_index
 from cfbench.harness.retrievers.ranking import top_k
 
 PARAMS = {"k1": 0.9, "b": 0.4, "method": "lucene", "stopwords": "en", "stemmer": "english", "engine": f"bm25s {bm25s.__version__}"}
@@ -55,10 +54,4 @@ class BM25Retriever:
         return self._bm25.get_scores(known)
 
     def describe(self) -> dict:
-        return {
-            "kind": "bm25",
-            "params": PARAMS,
-            "corpus": portable(self.corpus.path),
-            "corpus_sha256": self.corpus.sha256,
-            "index_sha256": self.index_hash,
-        }
+        return local_index("bm25", self.corpus, self.index_hash, params=PARAMS)

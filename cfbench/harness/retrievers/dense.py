@@ -6,8 +6,7 @@ import numpy as np
 
 from cfbench.harness.corpus import Corpus
 from cfbench.harness.errors import CfbenchError
-from cfbench.harness.paths import portable
-from cfbench.harness.retrievers import Hit
+from cfbench.harness.retrievers import Hit, local_index
 from cfbench.harness.retrievers.encoders import Encoder
 from cfbench.harness.retrievers.ranking import TIE_MARGIN, top_k
 
@@ -43,12 +42,11 @@ class DenseRetriever:
         return results
 
     def describe(self) -> dict:
-        return {
-            "kind": "dense",
-            "engine": "faiss " + ("HNSW" if self.hnsw_m else "flat inner product"),
-            "encoder": self.encoder.describe(),
-            "hnsw_m": self.hnsw_m,
-            "corpus": portable(self.corpus.path),
-            "corpus_sha256": self.corpus.sha256,
-            "index_sha256": self.index_hash,
-        }
+        return local_index(
+            "dense",
+            self.corpus,
+            self.index_hash,
+            engine="faiss " + ("HNSW" if self.hnsw_m else "flat inner product"),
+            encoder=self.encoder.describe(),
+            hnsw_m=self.hnsw_m,
+        )

@@ -26,8 +26,7 @@ import numpy as np
 from cfbench.harness.corpus import Corpus
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import dumps
-from cfbench.harness.paths import portable
-from cfbench.harness.retrievers import Hit
+from cfbench.harness.retrievers import Hit, local_index
 from cfbench.harness.retrievers.ranking import TIE_MARGIN, top_k
 
 PARAMS = {"k1": 0.9, "b": 0.4, "engine": "pyserini"}
@@ -167,13 +166,7 @@ class LuceneRetriever:
         return results
 
     def describe(self) -> dict:
-        return {
-            "kind": "lucene",
-            "params": PARAMS,
-            "corpus": portable(self.corpus.path),
-            "corpus_sha256": self.corpus.sha256,
-            "index_sha256": self.index_hash,
-        }
+        return local_index("lucene", self.corpus, self.index_hash, params=PARAMS)
 
 
 if __name__ == "__main__":
