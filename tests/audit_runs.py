@@ -89,6 +89,7 @@ def make_run(
     cases: dict = CASES,
     generations: int = 10,
     tokens: int = 100,
+    cpu: float | None = 20.0,
     overrides: dict | None = None,
     corpus_rows: list[dict] = CORPUS,
 ) -> Path:
@@ -115,6 +116,7 @@ def make_run(
                 "rollout_s": 30.0,
                 "update_s": 6.0,
                 "device": "cpu",
+                **({} if cpu is None else {"cpu_s": cpu}),
             }
         )
     (path / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))

@@ -193,7 +193,7 @@ def test_unreadable_verdict_leaves_the_pair_unresolved():
 
 def test_report_tables_plot_and_cost_ratios(tmp_path):
     dr = make_run(tmp_path / "dr", "dr-zero", generations=10, tokens=100)
-    msv = make_run(tmp_path / "msv", "msv", generations=25, tokens=300)
+    msv = make_run(tmp_path / "msv", "msv", generations=25, tokens=300, cpu=50.0)
     records = [audit_run(run, GoldJudge(run / "corpus.jsonl"), run / "judged") for run in (dr, msv)]
     write_report(records, [dr, msv], tmp_path / "report")
     md = (tmp_path / "report" / "audit.md").read_text()
@@ -206,8 +206,18 @@ def test_report_tables_plot_and_cost_ratios(tmp_path):
     assert costs["msv"]["ratio_to_dr_zero"]["generations"] == 2.5 and costs["msv"]["ratio_to_dr_zero"]["generated_tokens"] == 3.0
     assert costs["dr-zero"]["ratio_to_dr_zero"]["wall_s"] == 1.0 and costs["msv"]["ratio_to_dr_zero"]["msv_generations"] is None
     assert costs["dr-zero"]["wall_s"] == 108.0 and costs["dr-zero"]["accelerator_hours"] == 0.03
+    assert costs["dr-zero"]["cpu_hours"] == 60 / 3600 and costs["msv"]["ratio_to_dr_zero"]["cpu_hours"] == pytest.approx(2.5)
+    assert "| 0.0417 (2.50x) | cpu |" in (tmp_path / "report" / "cost.md").read_text()
     rows = (tmp_path / "report" / "steps.csv").read_text().splitlines()
     assert rows[0].startswith("treatment,step,round,phase") and len(rows) == 1 + 6
+
+
+def test_a_run_recorded_without_cpu_time_has_no_cpu_hours(tmp_path):
+    from cfbench.training.audit.report import run_cost
+
+    run = make_run(tmp_path / "dr", cpu=None)
+    record = audit_run(run, GoldJudge(run / "corpus.jsonl"), run / "judged")
+    assert run_cost(run, record)["cpu_hours"] is None and run_cost(run, record)["wall_s"] == 108.0
 
 
 def test_cli_audits_several_runs_into_one_report(tmp_path):

@@ -244,5 +244,6 @@ def test_audit_and_cost_of_the_crossfit_run(crossfit_run, tmp_path):
         assert s["F"] in (0.0, None) and s["L"] in (0.0, None)  # a right label leaves no false agreement or lost credit
     cost = run_cost(crossfit_run, record)
     assert cost["generations"] == sum(m["generations"] for m in metrics) and cost["generated_tokens"] > 0 and cost["device"] == "cpu"
+    assert all(m["cpu_s"] > 0 for m in metrics) and cost["cpu_hours"] == sum(m["cpu_s"] for m in metrics) / 3600
     # generations per step: the proposer's, then 5 scoring answers per admitted question, and training answers of solvers that did not score
     assert all(m["generations"] >= m["tasks"] + 5 * m["admitted"] for m in metrics)

@@ -1,6 +1,7 @@
 """`cfbench train` for real: SmolLM2-135M, the cpu-smoke search-r1 config, BM25 rollouts, accelerate on CPU."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -62,6 +63,7 @@ def test_a_step_changes_the_weights_and_records_everything(two_steps):
     assert [r["step"] for r in rows] == [1, 2]
     assert rows[0]["loss"] != 0 and rows[0]["grad_norm"] > 0  # step 1's group had unequal rewards
     assert all(r["rollout_s"] > 0 and r["update_s"] > 0 and r["response_tokens"] > 0 for r in rows)
+    assert all(0 < r["cpu_s"] <= 1.05 * os.cpu_count() * (r["rollout_s"] + r["update_s"]) for r in rows)
     base = load_file(resolve(two_step_config().model).location + "/model.safetensors")
     trained = load_file(two_steps / "checkpoint-1" / "model.safetensors")
     changed = [k for k in trained if not (trained[k] == base[k]).all()]

@@ -12,7 +12,7 @@ training/learner.py.
 Run directory (Search-R1):
     config.json                 the treatment config (every knob, training/config), fixed for the run
     metrics.jsonl               one row per step: reward, loss (+ kl, clipped, ratio with the recipe terms on), lengths,
-                                searches, wall time split
+                                searches, wall time split, cpu_s (CPU seconds of every thread of every process)
     rollouts/step-N.jsonl       every sampled trajectory with its reward
     checkpoint-N/               HF model + tokenizer + cfbench_train.json, and state/ for --resume (latest only)
     curves.png                  the metrics as plots
@@ -142,7 +142,7 @@ def _search_r1(config: SearchR1Config, out: Path, start: int, accelerator, on_st
     last = out / f"checkpoint-{start}"
     m = config.samples_per_prompt
     for step in range(start, config.steps):
-        began = time.time()
+        began, began_cpu = time.time(), time.process_time()
         picked = [questions[(step * config.prompts_per_step + i) % len(questions)] for i in range(config.prompts_per_step)]
         engine = sampler(accelerator, policy, tokens, ckpt, config, step + 1, f"policy-{rank}")
         group = [
@@ -158,7 +158,9 @@ def _search_r1(config: SearchR1Config, out: Path, start: int, accelerator, on_st
         row = _metrics(
             step + 1, episodes, trajectories, rewards, stats, rolled - began, updated - rolled, policy.scheduler.get_last_lr()[0]
         )
+        row["cpu_s"] = round(time.process_time() - began_cpu, 3)  # this process's threads; a paused process adds none
         row = _mean_over_processes(accelerator, row)
+        row["cpu_s"] = round(row["cpu_s"] * world, 3)  # every process's
         rows = gather_object(_rollout_rows(trajectories, rewards))
         if main:
             write_jsonl(out / "rollouts" / f"step-{step + 1}.jsonl", rows)

@@ -9,7 +9,8 @@ Written to the report directory:
                              boundaries dotted and round means as flat segments (the study's figure)
     cost.md / cost.json      per treatment: generations per candidate, MSV verification generations,
                              audit judge requests, generated tokens, wall time, accelerator-hours (hours
-                             on the run's device, CPU included) and the device, and each
+                             on the run's device, CPU included), CPU-hours (CPU time of every thread, so
+                             time a run spent paused or waiting does not count) and the device, and each
                              as a ratio to Dr. Zero (per source task, so runs of other lengths compare)
 """
 
@@ -174,6 +175,7 @@ def run_cost(run: Path, record: dict) -> dict:
     total = {k: sum(r[k] for r in rows) for k in ("tasks", "candidates", "admitted", "generations", "msv_generations")}
     tokens = None if any("generated_tokens" not in r for r in rows) else sum(r["generated_tokens"] for r in rows)
     wall = sum(r["rollout_s"] + r["update_s"] for r in rows)
+    cpu = None if any("cpu_s" not in r for r in rows) else sum(r["cpu_s"] for r in rows)
     devices = sorted({r.get("device", "unknown") for r in rows})
     return {
         "label": record["label"],
@@ -186,6 +188,7 @@ def run_cost(run: Path, record: dict) -> dict:
         "wall_s": round(wall, 3),
         "device": ", ".join(devices),
         "accelerator_hours": wall / 3600,
+        "cpu_hours": None if cpu is None else cpu / 3600,
     }  # one process: self-evolution refuses multi-process runs
 
 
@@ -197,6 +200,7 @@ _RATIOS = (
     "generated_tokens",
     "wall_s",
     "accelerator_hours",
+    "cpu_hours",
 )
 
 
@@ -212,8 +216,8 @@ def cost_report(costs: list[dict], names: list[str]) -> tuple[str, dict]:
         "Ratios are to Dr. Zero, per source task." if base else "No single Dr. Zero run in this report, so no ratios.",
         "",
         "| treatment | tasks | generations / candidate | MSV generations | judge requests | generated tokens | wall "
-        "| accelerator-hours | device |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| accelerator-hours | CPU-hours | device |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, c in zip(names, costs):
         r = c["ratio_to_dr_zero"]
@@ -221,7 +225,8 @@ def cost_report(costs: list[dict], names: list[str]) -> tuple[str, dict]:
             f"| {name} | {c['tasks']} | {_num(c['generations_per_candidate'], '.1f')}{_x(r['generations_per_candidate'])} | "
             f"{c['msv_generations']}{_x(r['msv_generations'])} | "
             f"{c['judge_requests']}{_x(r['judge_requests'])} | {_num(c['generated_tokens'], 'd')}{_x(r['generated_tokens'])} | "
-            f"{c['wall_s'] / 60:.1f} min{_x(r['wall_s'])} | {c['accelerator_hours']:.4f}{_x(r['accelerator_hours'])} | {c['device']} |"
+            f"{c['wall_s'] / 60:.1f} min{_x(r['wall_s'])} | {c['accelerator_hours']:.4f}{_x(r['accelerator_hours'])} | "
+            f"{_num(c['cpu_hours'], '.4f')}{_x(r['cpu_hours'])} | {c['device']} |"
         )
     return "\n".join(md) + "\n", {"costs": [{"treatment": n, **c} for n, c in zip(names, costs)]}
 

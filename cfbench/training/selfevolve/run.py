@@ -106,7 +106,7 @@ def self_evolve(
 
     last = out / f"checkpoint-{start}"
     for step in range(start + 1, config.steps + 1):
-        began = time.time()
+        began, began_cpu = time.time(), time.process_time()
         engines = {name: sampler(accelerator, roles[name], tokens, ckpt, config, step, name) for name in solver_names}
         engines["proposer"] = (proposer_engine or (lambda s: sampler(accelerator, roles["proposer"], tokens, ckpt, config, s, "proposer")))(
             step
@@ -123,6 +123,7 @@ def self_evolve(
         updated = time.time()
         write_jsonl(out / "audit" / f"step-{step}.jsonl", state.audit_rows())
         row = state.metrics(losses, rolled - began, updated - rolled, device)
+        row["cpu_s"] = round(time.process_time() - began_cpu, 3)  # CPU time of every thread; a paused run adds none
         append_row(out / "metrics.jsonl", row)
         if step % config.save_every == 0 or step == config.steps:
             last = save(
