@@ -28,7 +28,7 @@ DEFAULTS = Knobs()
     help="bm25, dense or lucene over --corpus, an index directory, a Search-R1-style server URL, or replay:RUN_DIR.",
 )
 @click.option("--corpus", type=click.Path(path_type=Path), default=None, help="Passages as jsonl(.gz) [default: bundled corpus].")
-@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True, help="Trajectories stepped together.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True, help="Trajectories stepped together.")
 @click.option("--topk", type=int, default=DEFAULTS.topk, show_default=True)
 @click.option("--max-searches", type=int, default=DEFAULTS.max_searches, show_default=True)
 @click.option("--max-new-tokens", type=int, default=DEFAULTS.max_new_tokens, show_default=True)

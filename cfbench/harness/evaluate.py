@@ -117,7 +117,7 @@ def evaluate(
     knobs: Knobs,
     out: Path,
     *,
-    batch_size: int = 32,
+    batch_size: int = 16,
     seed: int = 0,
     resume: bool = False,
     on_start: Callable[[int, int], None] = lambda total, done: None,
