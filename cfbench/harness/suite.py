@@ -18,7 +18,7 @@ from cfbench.harness.errors import CfbenchError
 from cfbench.harness.paths import MANIFEST, TASKS_DIR
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: the full suite holds 28,133 of them
 class Question:
     """One question: its id, the benchmark it belongs to (for a training question, its source), text and gold answers."""
 
