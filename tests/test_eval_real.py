@@ -74,6 +74,18 @@ def test_two_runs_are_byte_identical(tmp_path, smollm2, bm25, small_suite):
     assert first["model"]["engine"] == "hf"
 
 
+def test_the_batch_size_changes_no_trajectory(tmp_path, smollm2, bm25, small_suite):
+    """--batch-size is an engine setting, not a protocol knob: a row's neighbours (their padding, when they
+    finish) never change its greedy trajectory, so runs at different batch sizes compare."""
+    suite = load_suite(str(small_suite))
+    turns = {}
+    for batch in (3, 8):
+        evaluate(suite, smollm2, bm25, KNOBS, tmp_path / str(batch), batch_size=batch)
+        rows = [json.loads(line) for line in (tmp_path / str(batch) / "trajectories.jsonl").read_text().splitlines()]
+        turns[batch] = [(r["id"], r["turns"]) for r in rows]
+    assert turns[3] == turns[8] and len(turns[3]) == 8
+
+
 def _default_sigint() -> None:
     # A job started in the background by a non-interactive shell inherits SIGINT ignored, and Python keeps an
     # ignored SIGINT ignored: give the child Ctrl-C's default so the SIGINT case tests cfbench, not the launcher.
