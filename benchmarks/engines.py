@@ -7,8 +7,9 @@ Every protocol arm runs the identical protocol-v1 loop with BM25 over the bundle
 arm starts `cfbench serve-model` on a free loopback port (same checkpoint, its own process) and sends
 each turn's prompts in one request, so it measures what HTTP and JSON add to in-process hf.
 The anchor arms run in their own processes (so each reports its own peak RSS): the same first-turn
-prompts, greedy float32, --anchor-tokens new tokens, hf's lockstep decoder against CTranslate2's
-Generator (the `bench` extra) on the same weights converted once into the cache.
+prompts, greedy float32, --anchor-tokens new tokens, hf's lockstep decoder (with torch's linear layers
+and with `--linear onednn`) against CTranslate2's Generator (the `bench` extra) on the same weights
+converted once into the cache.
 Prints each arm's rate, the ratios side by side, and whether the arms' outputs agree.
 """
 
@@ -33,6 +34,8 @@ from cfbench.harness.protocol import Knobs, user_prompt
 from cfbench.harness.retrievers.choose import retriever_for
 from cfbench.harness.suite import load_suite
 
+ANCHORS = ("ctranslate2", "hf", "hf onednn")  # the reference first
+
 
 def served(ckpt: str) -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
@@ -52,9 +55,9 @@ def served(ckpt: str) -> tuple[subprocess.Popen, str]:
 
 def anchor_arm(engine: str, ckpt: str, questions: list, new_tokens: int) -> dict:
     """One anchor engine over the first-turn prompts, in this process: seconds, tokens, peak RSS and the output ids."""
-    hf = HFBackend.load(resolve(ckpt), threads=2)
+    hf = HFBackend.load(resolve(ckpt), threads=2, linear="onednn" if engine == "hf onednn" else "torch")
     prompts = [hf.tokens.context(hf.tokens.chat_prompt(user_prompt(q.question)), Knobs().max_context_tokens) for q in questions]
-    if engine == "hf":
+    if engine.startswith("hf"):
         start = time.perf_counter()
         outputs = [hf.tokens.encode(c.text) for c in hf.complete(prompts, new_tokens, ())]
     else:
@@ -86,7 +89,7 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=64, help="v1 uses 500; lower keeps the one-at-a-time arm short")
     parser.add_argument("--anchor-tokens", type=int, default=128, help="new tokens per prompt in the hf vs CTranslate2 anchor")
-    parser.add_argument("--anchor-arm", choices=["hf", "ctranslate2"], help=argparse.SUPPRESS)  # one anchor arm, run as a child
+    parser.add_argument("--anchor-arm", choices=ANCHORS, help=argparse.SUPPRESS)  # one anchor arm, run as a child
     args = parser.parse_args()
 
     suite = load_suite(args.suite)
@@ -96,7 +99,7 @@ def main() -> None:
         print(json.dumps(anchor_arm(args.anchor_arm, args.ckpt, questions, args.anchor_tokens)))
         return
     anchor = {}
-    for engine in ("ctranslate2", "hf"):
+    for engine in ANCHORS:
         child = [sys.executable, __file__, "--ckpt", args.ckpt, "--suite", args.suite, "--questions", str(args.questions)]
         child += ["--anchor-tokens", str(args.anchor_tokens), "--anchor-arm", engine]
         anchor[engine] = json.loads(subprocess.run(child, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
@@ -126,10 +129,12 @@ def main() -> None:
     print(f"{'engine':<24}{'seconds':>9}{'tokens':>8}{'tokens/s':>10}{'peak RSS GB':>13}")
     for name, r in anchor.items():
         print(f"{name:<24}{r['seconds']:>9.1f}{r['tokens']:>8}{r['tokens'] / r['seconds']:>10.1f}{r['rss_gb']:>13.2f}")
-    ct2, own = anchor["ctranslate2"], anchor["hf"]
-    same = sum(a == b for a, b in zip(own["outputs"], ct2["outputs"]))
-    ratio = (own["tokens"] / own["seconds"]) / (ct2["tokens"] / ct2["seconds"])
-    print(f"hf / ctranslate2 tokens/s: {ratio:.2f}x   same outputs: {same}/{len(questions)}")
+    ct2 = anchor["ctranslate2"]
+    for name in ANCHORS[1:]:
+        own = anchor[name]
+        same = sum(a == b for a, b in zip(own["outputs"], ct2["outputs"]))
+        ratio = (own["tokens"] / own["seconds"]) / (ct2["tokens"] / ct2["seconds"])
+        print(f"{name} / ctranslate2 tokens/s: {ratio:.2f}x   same outputs: {same}/{len(questions)}")
     print()
     print(f"protocol v1 loop: {len(questions)} questions, max_new_tokens={args.max_new_tokens}, model={args.ckpt}")
     print(f"{'arm':<24}{'seconds':>9}{'tokens':>8}{'tokens/s':>10}")

@@ -50,6 +50,13 @@ DEFAULTS = Knobs()
     help="hf, vllm: weights dtype [default: float32 for hf, bfloat16 for vllm].",
 )
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="hf: torch CPU threads (default: torch's).")
+@click.option(
+    "--linear",
+    type=click.Choice(["torch", "onednn"]),
+    default="torch",
+    show_default=True,
+    help="hf on CPU: onednn packs each weight once for oneDNN (faster decoding, last-bit float differences; README Benchmarks).",
+)
 @click.option("--tensor-parallel-size", type=click.IntRange(min=1), default=1, show_default=True, help="vllm: GPUs per model.")
 @click.option("--gpu-memory-utilization", type=click.FloatRange(0.05, 1.0), default=0.9, show_default=True, help="vllm.")
 @click.option("--max-model-len", type=click.IntRange(min=1), default=None, help="vllm: context length [default: the model's].")
@@ -177,14 +184,15 @@ def retriever_serve(index_dir, corpus, host, port, max_results, max_body_bytes, 
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads (default: torch's).")
-def serve_model(ckpt, name, host, port, device, dtype, threads) -> None:
+@click.option("--linear", type=click.Choice(["torch", "onednn"]), default="torch", show_default=True, help="As for eval.")
+def serve_model(ckpt, name, host, port, device, dtype, threads, linear) -> None:
     """Serve a local model as OpenAI-compatible /v1/completions and /v1/chat/completions (greedy, or sampled with a seed)."""
     from cfbench.harness.backends.hf import HFBackend
     from cfbench.harness.checkpoints import resolve
     from cfbench.harness.model_server import serve
 
     with one_line_errors():
-        backend = HFBackend.load(resolve(ckpt), device=device, dtype=dtype, threads=threads)
+        backend = HFBackend.load(resolve(ckpt), device=device, dtype=dtype, threads=threads, linear=linear)
         console.print(f"serving {ckpt} as {name or ckpt!r} on http://{host}:{port}/v1")
     serve(backend, name or ckpt, host, port)
 

@@ -15,6 +15,7 @@ def backend_for(
     device: str = "cpu",
     dtype: str | None = None,
     threads: int | None = None,
+    linear: str = "torch",
     tensor_parallel_size: int = 1,
     gpu_memory_utilization: float = 0.9,
     max_model_len: int | None = None,
@@ -22,6 +23,8 @@ def backend_for(
     **openai,
 ) -> Backend:
     """The engine `kind` names; `openai` holds OpenAIBackend's keywords (base_url, model, tokenizer, concurrency, ...)."""
+    if linear != "torch" and kind != "hf":
+        raise CfbenchError(f"--linear {linear} is for --backend hf; drop it")
     if kind == "openai":
         if not openai.get("base_url") or not openai.get("model"):
             raise CfbenchError("--backend openai needs --base-url URL and --model NAME (the name the server serves)")
@@ -56,4 +59,4 @@ def backend_for(
         )
     from cfbench.harness.backends.hf import HFBackend
 
-    return HFBackend.load(resolve(ckpt), device=device, dtype=dtype or "float32", threads=threads)
+    return HFBackend.load(resolve(ckpt), device=device, dtype=dtype or "float32", threads=threads, linear=linear)

@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from cfbench.harness.backends import Completion, call_seed
 from cfbench.harness.backends.kv import left_padded_cache
+from cfbench.harness.backends.onednn import use_linear
 from cfbench.harness.backends.tokens import PromptTokens, TokenizedEngine
 from cfbench.harness.checkpoints import ResolvedCheckpoint
 from cfbench.harness.protocol import cut_at_stop
@@ -34,14 +35,22 @@ class _Context:
 
 class HFBackend(TokenizedEngine):
     def __init__(
-        self, model, tokens: PromptTokens, *, ckpt: ResolvedCheckpoint, dtype: str, temperature: float = 0.0, seed: int = 0
+        self,
+        model,
+        tokens: PromptTokens,
+        *,
+        ckpt: ResolvedCheckpoint,
+        dtype: str,
+        temperature: float = 0.0,
+        seed: int = 0,
+        linear: str = "torch",
     ) -> None:
         """An engine around a loaded model: greedy for evaluation, or sampled (temperature > 0) for training rollouts.
 
         A sampling engine's k-th generate call draws from a generator seeded with call_seed(seed, k),
         as an OpenAIBackend with the same seed asks a server to (one request per call).
         """
-        self.model, self.tokens, self.ckpt, self.dtype = model, tokens, ckpt, dtype
+        self.model, self.tokens, self.ckpt, self.dtype, self.linear = model, tokens, ckpt, dtype, linear
         self.device = str(model.device)
         eos = model.generation_config.eos_token_id
         eos = tokens.tokenizer.eos_token_id if eos is None else eos
@@ -50,12 +59,16 @@ class HFBackend(TokenizedEngine):
         self._reusable: list[_Context] = []  # newest last
 
     @classmethod
-    def load(cls, ckpt: ResolvedCheckpoint, device: str = "cpu", dtype: str = "float32", threads: int | None = None) -> HFBackend:
+    def load(
+        cls, ckpt: ResolvedCheckpoint, device: str = "cpu", dtype: str = "float32", threads: int | None = None, linear: str = "torch"
+    ) -> HFBackend:
+        """`linear`: "torch" (nn.Linear as loaded) or "onednn" (weights packed once for oneDNN: onednn.py)."""
         if threads:
             torch.set_num_threads(threads)
         tokens = PromptTokens(AutoTokenizer.from_pretrained(ckpt.location))
         model = AutoModelForCausalLM.from_pretrained(ckpt.location, dtype=getattr(torch, dtype)).to(device).eval()
-        return cls(model, tokens, ckpt=ckpt, dtype=dtype)
+        use_linear(model, linear, device)
+        return cls(model, tokens, ckpt=ckpt, dtype=dtype, linear=linear)
 
     def generate(self, prompts: list[str], max_new_tokens: int, max_context_tokens: int, stop: tuple[str, ...]) -> list[Completion]:
         encoded = [self.tokens.context(p, max_context_tokens) for p in prompts]
@@ -186,6 +199,7 @@ class HFBackend(TokenizedEngine):
             "torch": torch.__version__,
             "device": self.device,
             "dtype": self.dtype,
+            **({"linear": self.linear} if self.linear != "torch" else {}),  # records made before --linear existed still resume
             "threads": torch.get_num_threads(),
             "chat_template": self.tokens.has_template,
             "hub_revision": getattr(self.model.config, "_commit_hash", None),
