@@ -32,11 +32,17 @@ class PackedLinear(nn.Module):
         super().__init__()
         self.out_features = linear.out_features
         self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), BATCH_HINT)
-        self.bias = None if linear.bias is None else linear.bias.detach()
+        self.bias = None if linear.bias is None else linear.bias.detach().clone()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), self.packed, self.bias, "none", [], "")
         return flat.reshape(*x.shape[:-1], self.out_features)
+
+
+def default_linear(device: str, dtype: str) -> str:
+    """The engine's default: packed oneDNN linears for float32 on a CPU (1.3x faster evaluations, same 70 mini
+    trajectories, README Benchmarks), torch's everywhere else."""
+    return "onednn" if device == "cpu" and dtype == "float32" and torch.backends.mkldnn.is_available() else "torch"
 
 
 def use_linear(model: nn.Module, linear: str, device: str) -> None:
@@ -52,3 +58,8 @@ def use_linear(model: nn.Module, linear: str, device: str) -> None:
         for name, child in list(module.named_children()):
             if isinstance(child, nn.Linear):
                 setattr(module, name, PackedLinear(child))
+    # Packing read every weight through transformers' memory map of the checkpoint, and all those pages stay
+    # resident while any tensor still points into the map (measured: +0.5 GB of RSS for SmolLM2-135M). The packed
+    # copies replace the linears; copying the few tensors left (embeddings, norms) out lets the map go.
+    for tensor in [*model.parameters(), *model.buffers()]:
+        tensor.data = tensor.data.clone()
