@@ -2,6 +2,7 @@
 and the anchor: hf against CTranslate2 on plain greedy generation.
 
     python benchmarks/engines.py [--ckpt smollm2-135m] [--questions 16] [--max-new-tokens 64] [--anchor-tokens 128]
+                                 [--anchor-runs 5] [--anchor-only]
 
 Every protocol arm runs the identical protocol-v1 loop with BM25 over the bundled corpus. The openai
 arm starts `cfbench serve-model` on a free loopback port (same checkpoint, its own process) and sends
@@ -9,7 +10,8 @@ each turn's prompts in one request, so it measures what HTTP and JSON add to in-
 The anchor arms run in their own processes (so each reports its own peak RSS): the same first-turn
 prompts, greedy float32, --anchor-tokens new tokens, hf's lockstep decoder (with torch's linear layers
 and with `--linear onednn`) against CTranslate2's Generator (the `bench` extra) on the same weights
-converted once into the cache.
+converted once into the cache. A single anchor run takes about 15 s and varies by about 10% from run to run,
+so each engine runs --anchor-runs times, the engines taking turns, and its median run is reported.
 Prints each arm's rate, the ratios side by side, and whether the arms' outputs agree.
 """
 
@@ -19,6 +21,7 @@ import argparse
 import json
 import resource
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -89,6 +92,8 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=64, help="v1 uses 500; lower keeps the one-at-a-time arm short")
     parser.add_argument("--anchor-tokens", type=int, default=128, help="new tokens per prompt in the hf vs CTranslate2 anchor")
+    parser.add_argument("--anchor-runs", type=int, default=5, help="runs of each anchor engine; the median is reported")
+    parser.add_argument("--anchor-only", action="store_true", help="skip the protocol-v1 loop arms")
     parser.add_argument("--anchor-arm", choices=ANCHORS, help=argparse.SUPPRESS)  # one anchor arm, run as a child
     args = parser.parse_args()
 
@@ -98,13 +103,31 @@ def main() -> None:
     if args.anchor_arm:
         print(json.dumps(anchor_arm(args.anchor_arm, args.ckpt, questions, args.anchor_tokens)))
         return
-    anchor = {}
-    for engine in ANCHORS:
-        child = [sys.executable, __file__, "--ckpt", args.ckpt, "--suite", args.suite, "--questions", str(args.questions)]
-        child += ["--anchor-tokens", str(args.anchor_tokens), "--anchor-arm", engine]
-        anchor[engine] = json.loads(subprocess.run(child, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
+    runs: dict[str, list[dict]] = {engine: [] for engine in ANCHORS}
+    for _ in range(args.anchor_runs):
+        for engine in ANCHORS:
+            child = [sys.executable, __file__, "--ckpt", args.ckpt, "--suite", args.suite, "--questions", str(args.questions)]
+            child += ["--anchor-tokens", str(args.anchor_tokens), "--anchor-arm", engine]
+            runs[engine].append(json.loads(subprocess.run(child, check=True, capture_output=True, text=True).stdout.splitlines()[-1]))
+    median = {engine: statistics.median_low(r["seconds"] for r in done) for engine, done in runs.items()}
+    anchor = {engine: next(r for r in done if r["seconds"] == median[engine]) for engine, done in runs.items()}
+    print(f"anchor: {len(questions)} first-turn prompts, {args.anchor_tokens} new tokens, greedy float32, 2 threads, model={args.ckpt}")
+    print(f"median of {args.anchor_runs} runs per engine; seconds of every run:")
+    for engine, done in runs.items():
+        print(f"  {engine:<22}" + " ".join(f"{r['seconds']:.1f}" for r in done))
+    print(f"{'engine':<24}{'seconds':>9}{'tokens':>8}{'tokens/s':>10}{'peak RSS GB':>13}")
+    for name, r in anchor.items():
+        print(f"{name:<24}{r['seconds']:>9.1f}{r['tokens']:>8}{r['tokens'] / r['seconds']:>10.1f}{r['rss_gb']:>13.2f}")
+    ct2 = anchor["ctranslate2"]
+    for name in ANCHORS[1:]:
+        own = anchor[name]
+        same = sum(a == b for a, b in zip(own["outputs"], ct2["outputs"]))
+        ratio = (own["tokens"] / own["seconds"]) / (ct2["tokens"] / ct2["seconds"])
+        print(f"{name} / ctranslate2 tokens/s: {ratio:.2f}x   same outputs: {same}/{len(questions)}")
+    if args.anchor_only:
+        return
 
-    hf = HFBackend.load(resolve(args.ckpt))
+    hf = HFBackend.load(resolve(args.ckpt))  # the default engine, as serve-model builds it
     retriever = retriever_for("bm25")
     knobs = Knobs(max_new_tokens=args.max_new_tokens)
     proc, url = served(args.ckpt)
@@ -125,16 +148,6 @@ def main() -> None:
     finally:
         proc.terminate()
 
-    print(f"anchor: {len(questions)} first-turn prompts, {args.anchor_tokens} new tokens, greedy float32, 2 threads, model={args.ckpt}")
-    print(f"{'engine':<24}{'seconds':>9}{'tokens':>8}{'tokens/s':>10}{'peak RSS GB':>13}")
-    for name, r in anchor.items():
-        print(f"{name:<24}{r['seconds']:>9.1f}{r['tokens']:>8}{r['tokens'] / r['seconds']:>10.1f}{r['rss_gb']:>13.2f}")
-    ct2 = anchor["ctranslate2"]
-    for name in ANCHORS[1:]:
-        own = anchor[name]
-        same = sum(a == b for a, b in zip(own["outputs"], ct2["outputs"]))
-        ratio = (own["tokens"] / own["seconds"]) / (ct2["tokens"] / ct2["seconds"])
-        print(f"{name} / ctranslate2 tokens/s: {ratio:.2f}x   same outputs: {same}/{len(questions)}")
     print()
     print(f"protocol v1 loop: {len(questions)} questions, max_new_tokens={args.max_new_tokens}, model={args.ckpt}")
     print(f"{'arm':<24}{'seconds':>9}{'tokens':>8}{'tokens/s':>10}")
