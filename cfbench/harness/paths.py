@@ -21,6 +21,15 @@ def cache_dir(*parts: str) -> Path:
     return path
 
 
+def cache_entry_lock(target: Path):
+    """An inter-process lock for building one cache entry: the processes of a multi-process training run (or two
+    evaluations started together) all find an index or model missing at once and would build it side by side,
+    the later rename failing on the earlier's result. Held, the builder that comes second finds the entry made."""
+    from filelock import FileLock
+
+    return FileLock(target.parent / f".{target.name}.lock")
+
+
 def portable(path: Path) -> str:
     """A path as records keep it: shipped data as `tasks/...` (valid wherever cfbench is installed)."""
     resolved = Path(path).resolve()

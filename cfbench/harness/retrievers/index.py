@@ -21,7 +21,7 @@ import numpy as np
 from cfbench.harness.corpus import Corpus, load_corpus
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import atomic_dir, sha256
-from cfbench.harness.paths import TASKS_DIR, cache_dir, from_portable, portable
+from cfbench.harness.paths import TASKS_DIR, cache_dir, cache_entry_lock, from_portable, portable
 
 FORMAT = "cfbench-index-v1"
 KINDS = ("bm25", "dense", "lucene")
@@ -132,7 +132,8 @@ def default_index(corpus: Corpus, kind: str, encoder: str = "minilm") -> Path:
         return shipped
     params = _params(kind, encoder, 0, "float32")
     target = cache_dir("indexes") / f"{kind}-{index_hash(kind, corpus.sha256, params)[:20]}"
-    if not (target / "manifest.json").is_file():
-        shutil.rmtree(target, ignore_errors=True)
-        build_index(corpus, kind, target, encoder=encoder)
+    with cache_entry_lock(target):
+        if not (target / "manifest.json").is_file():
+            shutil.rmtree(target, ignore_errors=True)
+            build_index(corpus, kind, target, encoder=encoder)
     return target
