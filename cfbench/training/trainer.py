@@ -41,6 +41,7 @@ from cfbench.training.config.schema import to_json
 from cfbench.training.core.episodes import rollout_episode
 from cfbench.training.core.learner import (
     TRAIN_RECORD,
+    accelerator_for_training,
     append_row,
     checkpoints,
     drop_partial_saves,
@@ -101,9 +102,7 @@ def train(
     `proposer_engine` (step -> engine) replaces a self-evolution run's proposer sampler: tests use it
     to script proposals a model as small as SmolLM2-135M never writes.
     """
-    from accelerate import Accelerator
-
-    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    accelerator = accelerator_for_training()
     start = check_out(config, out, resume)  # every process checks before any writes
     if isinstance(config, SearchR1Config) and config.prompts_per_step % (accelerator.num_processes * config.objective.updates_per_batch):
         raise CfbenchError(

@@ -170,13 +170,12 @@ def feedback(
 
     `folds` are the run's source folds (folds.json); a source missing there gets the rule's fold.
     """
-    from accelerate import Accelerator
     from transformers import AutoTokenizer
 
     from cfbench.harness.backends.tokens import PromptTokens
     from cfbench.harness.checkpoints import resolve
     from cfbench.harness.retrievers.choose import retriever_for
-    from cfbench.training.core.learner import TRAIN_RECORD, checkpoints, learner, sampler
+    from cfbench.training.core.learner import TRAIN_RECORD, accelerator_for_training, checkpoints, learner, sampler
     from cfbench.training.core.policy_update import reference_model, update
     from cfbench.training.selfevolve.run import corpus_path, solver_answers, solver_episodes
 
@@ -186,7 +185,7 @@ def feedback(
     questions = {b["task_id"]: b["question"] for b in bank}
     fold = {t.id: crossfit.fold(t, {t.source_id: int(folds.get(t.source_id, fold_of(t.source_id)))}, control) for t in tasks}
     names = ["main"] if budget == "none" else crossfit.solvers(True, control)[1:]  # the feedback solvers
-    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    accelerator = accelerator_for_training()
     torch.manual_seed(config.seed)
     ckpt = resolve(config.model)
     tokenizer = AutoTokenizer.from_pretrained(ckpt.location)

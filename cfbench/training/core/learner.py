@@ -39,6 +39,19 @@ if TYPE_CHECKING:
 TRAIN_RECORD = "cfbench_train.json"
 
 
+def accelerator_for_training():
+    """The run's accelerate state: on the GPUs when there are any, else on the CPU (tests, cpu scales).
+
+    Each role's scheduler steps once per optimizer update, whatever the process count: accelerate's
+    default steps a prepared scheduler once per process at every update (for recipes that scale the
+    learning-rate schedule with the global batch), so under 2 processes a warmup ended twice as early
+    (tests/test_training_processes.py).
+    """
+    from accelerate import Accelerator
+
+    return Accelerator(cpu=not torch.cuda.is_available(), step_scheduler_with_optimizer=False)
+
+
 @dataclass
 class Learner:
     model: object
