@@ -93,7 +93,7 @@ def test_with_a_lora_section_only_the_adapters_hold_gradients_and_moments():
         "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
     }
     full = load_config("search-r1", "paper")
-    adapted = full | {"lora": lora}
+    adapted = full | {"lora": lora, "sharding": None, "bf16": False}  # LoRA roles are replicated
     shape = SHAPES["Qwen/Qwen3.5-4B"]
     assert shape.adapter_params(64, tuple(lora["target_modules"])) == 32 * 64 * 59904
     terms, base = (estimate(c, shape, gpus=8, sharded=False, precision="fp32") for c in (adapted, full))

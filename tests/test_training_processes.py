@@ -1,6 +1,11 @@
-"""`cfbench train` in two processes on the CPU (torchrun, gloo), as `accelerate launch` runs it on GPUs: the processes
-share a step's prompts, the learning-rate schedule steps once per update (accelerate's default stepped it once per
-process), and the processes build a missing cache entry (the BM25 index) one after the other, not side by side."""
+"""`cfbench train` in two processes on the CPU (torchrun, gloo), as `accelerate launch` runs it on GPUs, replicated
+(data-parallel) or sharded (`sharding: "fsdp"`, core/sharding.py):
+- a sharded update is the single-process update on the whole batch (the paper knobs' chunked log-probs and gradient
+  checkpointing included), and bf16 compute changes it only a little;
+- a sharded role's optimizer state survives a checkpoint: save + resume is the uninterrupted run, bit for bit;
+- a whole Search-R1 run shares each step's prompts, steps the learning-rate schedule once per update (accelerate's
+  default stepped it once per process), and builds a missing cache entry (the BM25 index) once, not side by side.
+"""
 
 import json
 import os
@@ -9,24 +14,85 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from cfbench.training.treatments import load_config
 
-HELPER = Path(__file__).with_name("processes_train.py")
+HERE = Path(__file__).parent
+SHARDED = {"sharding": "fsdp"}
+
+
+def launch(script: str, processes: int, *args: str, cache: Path | None = None) -> None:
+    command = [sys.executable, str(HERE / script), *args]
+    if processes > 1:
+        command[1:1] = ["-m", "torch.distributed.run", "--nproc-per-node", str(processes)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **({"CFBENCH_CACHE": str(cache)} if cache else {})}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def updated(model: Path, out: Path, processes: int, changes: dict, updates: int = 1, mode: str = "") -> tuple[dict, float]:
+    launch("processes_update.py", processes, str(model), str(out), json.dumps(changes), str(updates), *([mode] if mode else []))
+    return load_file(out / "result" / "weights.safetensors"), json.loads((out / "result" / "stats.json").read_text())["grad_norm"]
 
 
 @pytest.mark.slow
-def test_two_processes_train_one_step_schedule_and_build_the_index_once(tiny_llama, tmp_path):
+def test_a_sharded_update_is_the_single_process_update(tiny_llama, tmp_path):
+    start = load_file(tiny_llama / "model.safetensors")
+    one, norm = updated(tiny_llama, tmp_path / "one", 1, {})
+    assert max((one[k] - start[k]).abs().max() for k in start) > 0  # the batch moves the weights
+    paper_knobs = {"logprob_chunk": 8, "gradient_checkpointing": True}
+    for name, changes in {"replicated": {}, "sharded": SHARDED, "sharded, paper knobs": SHARDED | paper_knobs}.items():
+        two, two_norm = updated(tiny_llama, tmp_path / name, 2, changes)
+        assert two_norm == pytest.approx(norm, rel=1e-5), name  # the whole batch's gradient, reduced across the processes
+        assert sorted(two) == sorted(one) and all(torch.allclose(two[k], one[k], rtol=0, atol=1e-6) for k in one), name
+    bf16, bf16_norm = updated(tiny_llama, tmp_path / "bf16", 2, SHARDED | {"bf16": True})
+    assert bf16_norm == pytest.approx(norm, rel=1e-3) and bf16_norm != norm  # computed in bfloat16, reduced in float32
+    assert all(v.dtype == torch.float32 for v in bf16.values())  # over float32 master weights
+
+
+@pytest.mark.slow
+def test_a_sharded_role_resumes_with_its_optimizer_state(tiny_llama, tmp_path):
+    straight, _ = updated(tiny_llama, tmp_path / "straight", 2, SHARDED, updates=2)
+    updated(tiny_llama, tmp_path / "split", 2, SHARDED, updates=1, mode="save")
+    checkpoint = tmp_path / "split" / "checkpoint-1"
+    assert (checkpoint / "model.safetensors").is_file() and (checkpoint / "state" / "sharded-optimizer-main.pt").is_file()
+    resumed, _ = updated(tiny_llama, tmp_path / "split", 2, SHARDED, updates=1, mode="resume")
+    assert all(torch.equal(resumed[k], straight[k]) for k in straight)  # a fresh AdamW's second step would differ
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("changes", [{}, SHARDED], ids=["replicated", "sharded"])
+def test_two_processes_train_one_step_schedule_and_build_the_index_once(tiny_llama, tmp_path, changes):
     out, cache = tmp_path / "run", tmp_path / "cache"  # an empty cache: both processes find the index missing at once
-    changes = {"prompts_per_step": 2, "warmup_steps": 4}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(HELPER), str(tiny_llama), str(out)]
-    env = {**os.environ, "CFBENCH_CACHE": str(cache), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([*command, json.dumps(changes)], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    knobs = json.dumps({"prompts_per_step": 2, "warmup_steps": 4, **changes})
+    launch("processes_train.py", 2, str(tiny_llama), str(out), knobs, cache=cache)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     lr = load_config("search-r1", "cpu-smoke").learning_rate
     assert [r["learning_rate"] for r in rows] == [lr * 1 / 4, lr * 2 / 4]  # warmup 4: one scheduler step per update
     rollouts = [json.loads(line) for line in (out / "rollouts" / "step-1.jsonl").read_text().splitlines()]
     assert len(rollouts) == 2 * 5 and len({r["id"].split("#")[0] for r in rollouts}) == 2  # each process rolled out its prompt
     assert (out / "checkpoint-2" / "model.safetensors").is_file()
+    assert (out / "checkpoint-2" / "state" / "sharded-optimizer-main.pt").is_file() == bool(changes)
     assert len(list(cache.glob("indexes/bm25-*"))) == 1
+
+
+def test_sharding_knobs_are_checked_in_one_line():
+    from accelerate import Accelerator
+
+    from cfbench.harness.errors import CfbenchError
+    from cfbench.training.core.sharding import check_processes
+
+    config = load_config("search-r1", "cpu-smoke")
+    for changes, message in [
+        ({"sharding": "zero3"}, "knob sharding must be"),
+        ({"bf16": True}, "knob bf16 sets the precision of sharded roles: set sharding to 'fsdp' or remove bf16"),
+        (SHARDED | {"lora": {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj"]}}, "LoRA roles train a few MB each"),
+    ]:
+        with pytest.raises(CfbenchError, match=message):
+            config | changes
+    with pytest.raises(CfbenchError, match="the self-evolution loop runs its roles in one process"):
+        load_config("dr-zero", "cpu-smoke") | SHARDED
+    with pytest.raises(CfbenchError, match="shards a role across the run's processes, and this run has one"):
+        check_processes(Accelerator(cpu=True))

@@ -169,7 +169,7 @@ def test_every_role_gets_its_own_weights_and_optimizer_state_back(tmp_path, tiny
         assert adapter["base_model_name_or_path"] == config.model
         assert not list((tmp_path / "checkpoint-1").glob("model*.safetensors"))  # the frozen base is not copied
     accelerator, back = roles_from(lambda name: resume_from(tmp_path, 1, name))
-    restore(accelerator, tmp_path / "checkpoint-1")
+    restore(accelerator, tmp_path / "checkpoint-1", back)
 
     def moments(role):
         return [s[m] for _, s in sorted(role.optimizer.state_dict()["state"].items()) for m in ("exp_avg", "exp_avg_sq")]

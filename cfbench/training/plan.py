@@ -4,7 +4,7 @@ Per GPU, for each trained role (Search-R1's policy; Dr. Zero's proposer and main
 two auxiliary solvers) and a frozen reference when the config sets `kl_coef`:
     weights, gradients, AdamW state: 16 bytes/parameter either way (fp32: 4 + 4 + 8; bf16 mixed
         precision: 2 + 2 + 12 for the fp32 master copy and moments, ZeRO's accounting); ZeRO-3/FSDP
-        divides them by the GPU count, replication (DDP, what the trainer does today) does not; with a
+        divides them by the GPU count (the trainer's knob `sharding: "fsdp"`), replication (DDP) does not; with a
         `lora` section only the adapters have gradients and moments (each role keeps its copy of the weights);
     activations of one micro-batch (micro_batch rows x max_context_tokens): Korthikanti et al. 2022's
         per-layer count adapted to SwiGLU, s b (16 h + 8 i) bytes in 16-bit, for every layer without

@@ -1,7 +1,7 @@
 """`cfbench train`: GRPO over protocol-v1 rollouts, with resumable checkpoints an eval can score as they are.
 
 Built on accelerate: the same loop runs on one CPU (tests, cpu-smoke) and data-parallel on many
-GPUs under `accelerate launch` (sharded DeepSpeed/FSDP training is not wired yet); accelerate
+GPUs under `accelerate launch`, each role replicated or, with `sharding: "fsdp"`, sharded (core/sharding.py); accelerate
 saves and restores optimizer, scheduler and RNG state, and the weights resume from the
 checkpoint's HF model. Rollouts reuse the evaluation agent loop (same prompt, parsing, retrieval
 and budget) through the hf engine, sampling at the config's temperature from a generator seeded by

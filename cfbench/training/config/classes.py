@@ -41,6 +41,7 @@ from cfbench.training.config.schema import (
     section,
 )
 from cfbench.training.config.sections import Lora, Mix, Objective, Reward
+from cfbench.training.core.sharding import SHARDINGS
 from cfbench.training.selfevolve.crossfit import AUX_BUDGETS, CONTROLS, aux_updates_now
 from cfbench.training.selfevolve.proposer import FORMATS
 
@@ -131,11 +132,17 @@ class RLConfig(TrainingConfig):
     reward: Reward = section(Reward)
     objective: Objective = section(Objective, default=Objective(), omit_default=True)
     lora: Lora | None = section(Lora, default=None, omit_default=True)  # train LoRA adapters over the frozen model (core/learner.py)
+    sharding: str | None = knob(or_absent(one_of(SHARDINGS)), None, omit_default=True)  # fsdp: ZeRO-3 across processes (core/sharding.py)
+    bf16: bool = knob(FLAG, False, omit_default=True)  # a sharded role computes in bfloat16 over float32 master weights
 
     def check(self) -> None:
         super().check()
         if self.samples_per_prompt < 2:
             raise KnobError("samples_per_prompt", "at least 2 (GRPO needs a group to compare with)", self.samples_per_prompt)
+        if self.bf16 and not self.sharding:
+            raise CfbenchError("knob bf16 sets the precision of sharded roles: set sharding to 'fsdp' or remove bf16")
+        if self.sharding and self.lora:
+            raise CfbenchError("knob sharding: LoRA roles train a few MB each and are not sharded; remove sharding or the lora section")
         if self.warmup_steps and self.warmup_ratio:
             raise CfbenchError(
                 f"knobs warmup_steps ({self.warmup_steps}) and warmup_ratio ({self.warmup_ratio}) are both set; set one to 0"
@@ -202,6 +209,11 @@ class SelfEvolutionConfig(RLConfig):
 
     def check(self) -> None:
         super().check()
+        if self.sharding:
+            raise CfbenchError(
+                "knob sharding: the self-evolution loop runs its roles in one process (selfevolve/run.py), so there is nothing "
+                "to shard across yet; remove sharding"
+            )
         if self.steps is not None and self.steps > self.scheduled_steps:
             raise KnobError("steps", f"at most rounds x (proposer_steps + solver_steps) = {self.scheduled_steps}", self.steps)
         if self.crossfit is False and (self.control != "none" or self.aux_budget != "full"):

@@ -32,6 +32,7 @@ from cfbench.harness.checkpoints import ResolvedCheckpoint, resolve
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import append_jsonl, dumps, write_atomic
 from cfbench.training.core.policy_update import reference_model
+from cfbench.training.core.sharding import load_optimizer, optimizer_file, refresh, save_optimizer, sharded
 
 if TYPE_CHECKING:
     from cfbench.training.config.classes import RLConfig
@@ -57,6 +58,7 @@ class Learner:
     model: object
     optimizer: object
     scheduler: object
+    sampler: object | None = None  # a sharded role's full-weight copy for rollouts and saving (core/sharding.py)
 
 
 def learner(config: RLConfig, base: str | Path, accelerator, updates: int, saved: Path | None = None) -> Learner:
@@ -70,9 +72,14 @@ def learner(config: RLConfig, base: str | Path, accelerator, updates: int, saved
         model = _with_adapter(model, config, saved)
     if config.gradient_checkpointing:  # only in train mode: the role's sampler (eval mode) decodes with its K/V cache as usual
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    copy = None
+    if config.sharding:
+        model, copy = sharded(model, config, accelerator)
     trained = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trained, lr=config.learning_rate, weight_decay=config.weight_decay)
     scheduler = get_constant_schedule_with_warmup(optimizer, config.warmup(updates))
+    if copy is not None:  # sharded by FSDP itself: accelerate prepares (and saves) only the schedule
+        return Learner(model, optimizer, accelerator.prepare(scheduler), copy)
     return Learner(*accelerator.prepare(model, optimizer, scheduler))
 
 
@@ -110,17 +117,26 @@ def start_roles(
     reference = reference_model(config, ckpt.location, accelerator)
     check_space(accelerator, roles, out)
     if start:
-        restore(accelerator, out / f"checkpoint-{start}")
+        restore(accelerator, out / f"checkpoint-{start}", roles)
     if accelerator.is_main_process:
         keep_rows_before(out / "metrics.jsonl", start)
     return ckpt, tokenizer, roles, reference
+
+
+def full_model(accelerator, role: Learner):
+    """The role's whole current model as an HF model: the trained model itself, or a sharded role's copy refreshed from
+    its shards (then every process must call this at the same point)."""
+    if role.sampler is None:
+        return accelerator.unwrap_model(role.model)
+    refresh(role.model, role.sampler)
+    return role.sampler
 
 
 def sampler(accelerator, role: Learner, tokens, ckpt, config: RLConfig, step: int, stream: str) -> HFBackend:
     """An hf engine sampling from the role's current weights; its seed depends only on (seed, step, stream)."""
     seed = int.from_bytes(hashlib.sha256(f"{config.seed}:{step}:{stream}".encode()).digest()[:8], "big")
     role.model.eval()
-    return HFBackend(accelerator.unwrap_model(role.model), tokens, ckpt=ckpt, dtype="float32", temperature=config.temperature, seed=seed)
+    return HFBackend(full_model(accelerator, role), tokens, ckpt=ckpt, dtype="float32", temperature=config.temperature, seed=seed)
 
 
 def checkpoints(out: Path) -> list[tuple[int, Path]]:
@@ -144,16 +160,20 @@ def resume_from(out: Path, start: int, name: str) -> Path | None:
     return role_dir(out / f"checkpoint-{start}", name) if start else None
 
 
-def restore(accelerator, checkpoint: Path) -> None:
+def restore(accelerator, checkpoint: Path, roles: dict[str, Learner]) -> None:
     """Optimizer, scheduler and RNG state of every role from checkpoint/state; the weights came with `resume_from`.
 
-    States written before the weights were stored once still hold model files; they are not read.
+    States written before the weights were stored once still hold model files; they are not read. A sharded
+    role's optimizer state is its own file there (core/sharding.py), sharded again as it is read.
     """
     handle = accelerator.register_load_state_pre_hook(lambda models, input_dir: models.clear())
     try:
         accelerator.load_state(str(checkpoint / "state"))
     finally:
         handle.remove()
+    for name, role in roles.items():
+        if role.sampler is not None:
+            load_optimizer(role.model, role.optimizer, optimizer_file(checkpoint / "state", name), accelerator.is_main_process)
 
 
 def check_space(accelerator, roles: dict[str, Learner], out: Path) -> None:
@@ -183,9 +203,9 @@ def save(accelerator, roles: dict[str, Learner], tokenizer, out: Path, step: int
     final = out / f"checkpoint-{step}"
     tmp = out / f".checkpoint-{step}.tmp"
     try:
+        models = {name: full_model(accelerator, role) for name, role in roles.items()}  # every process: sharded roles gather
         if accelerator.is_main_process:
-            for name, role in roles.items():
-                model = accelerator.unwrap_model(role.model)
+            for name, model in models.items():
                 # An adapter's embeddings are never trained here; peft's "auto" would look its base up on the hub to check.
                 adapter = {"save_embedding_layers": False} if hasattr(model, "peft_config") else {}
                 model.save_pretrained(role_dir(tmp, name), safe_serialization=True, **adapter)
@@ -196,6 +216,9 @@ def save(accelerator, roles: dict[str, Learner], tokenizer, out: Path, step: int
             accelerator.save_state(str(tmp / "state"))
         finally:
             handle.remove()
+        for name, role in roles.items():
+            if role.sampler is not None:
+                save_optimizer(role.model, role.optimizer, optimizer_file(tmp / "state", name), accelerator.is_main_process)
         accelerator.wait_for_everyone()
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

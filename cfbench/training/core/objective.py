@@ -47,7 +47,11 @@ def token_logprobs(
     if chunk is None:
         logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
         return _target_logprobs(logits, input_ids[:, 1:], temperature)
-    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, :-1]
+    # Through the model's own forward with no position's logits kept (an empty index), not its decoder alone: a sharded
+    # model (core/sharding.py) gathers its embeddings and head in that forward, and the head's gradient is reduced with it.
+    none = torch.zeros(0, dtype=torch.long, device=input_ids.device)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=none, output_hidden_states=True)
+    hidden = out.hidden_states[-1][:, :-1]
     head, targets = model.get_output_embeddings(), input_ids[:, 1:]
     parts = [
         checkpoint(

@@ -45,8 +45,12 @@ def reference_model(config, location, accelerator):
         return None
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32).to(accelerator.device)
-    return model.eval().requires_grad_(False)
+    model = AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32).to(accelerator.device).eval().requires_grad_(False)
+    if config.sharding:
+        from cfbench.training.core.sharding import shard
+
+        shard(model, config.bf16)
+    return model
 
 
 def mini_batches(n: int, parts: int) -> list[range]:
