@@ -26,7 +26,7 @@ SHARDED = {"sharding": "fsdp"}
 def launch(script: str, processes: int, *args: str, cache: Path | None = None) -> None:
     command = [sys.executable, str(HERE / script), *args]
     if processes > 1:
-        command[1:1] = ["-m", "torch.distributed.run", "--nproc-per-node", str(processes)]
+        command[1:1] = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes)]  # a free port
     env = {**os.environ, "OMP_NUM_THREADS": "1", **({"CFBENCH_CACHE": str(cache)} if cache else {})}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -43,7 +43,8 @@ def test_a_sharded_update_is_the_single_process_update(tiny_llama, tmp_path):
     one, norm = updated(tiny_llama, tmp_path / "one", 1, {})
     assert max((one[k] - start[k]).abs().max() for k in start) > 0  # the batch moves the weights
     paper_knobs = {"logprob_chunk": 8, "gradient_checkpointing": True}
-    for name, changes in {"replicated": {}, "sharded": SHARDED, "sharded, paper knobs": SHARDED | paper_knobs}.items():
+    layouts = {"replicated": {}, "replicated, paper knobs": paper_knobs, "sharded": SHARDED, "sharded, paper knobs": SHARDED | paper_knobs}
+    for name, changes in layouts.items():
         two, two_norm = updated(tiny_llama, tmp_path / name, 2, changes)
         assert two_norm == pytest.approx(norm, rel=1e-5), name  # the whole batch's gradient, reduced across the processes
         assert sorted(two) == sorted(one) and all(torch.allclose(two[k], one[k], rtol=0, atol=1e-6) for k in one), name

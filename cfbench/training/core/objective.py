@@ -50,9 +50,10 @@ def token_logprobs(
     # Through the model's own forward with no position's logits kept (an empty index), not its decoder alone: a sharded
     # model (core/sharding.py) gathers its embeddings and head in that forward, and the head's gradient is reduced with it.
     none = torch.zeros(0, dtype=torch.long, device=input_ids.device)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=none, output_hidden_states=True)
-    hidden = out.hidden_states[-1][:, :-1]
-    head, targets = model.get_output_embeddings(), input_ids[:, 1:]
+    out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=none, output_hidden_states=True, use_cache=False)
+    hidden = out.hidden_states[-1][:, :-1]  # after the final norm: transformers puts last_hidden_state there
+    del out  # every layer's hidden states
+    head, targets = getattr(model, "module", model).get_output_embeddings(), input_ids[:, 1:]  # a DDP-wrapped model's own head
     parts = [
         checkpoint(
             lambda h, t: _target_logprobs(head(h), t, temperature), hidden[:, s : s + chunk], targets[:, s : s + chunk], use_reentrant=False

@@ -58,11 +58,13 @@ def sharded(model, config, accelerator):
     return model, sampler
 
 
+@torch.no_grad()
 def refresh(model, sampler) -> None:
-    """Copy the sharded `model`'s current weights into its full `sampler` copy; every process calls it together."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    sampler.load_state_dict(get_model_state_dict(model, options=StateDictOptions(full_state_dict=True)))
+    """Copy the sharded `model`'s current weights into its full `sampler` copy, one gathered parameter at a time (a
+    whole gathered state dict would be a second full copy beside the sampler); every process calls it together."""
+    into = dict(sampler.named_parameters())
+    for name, param in model.named_parameters():
+        into[name].copy_(param.full_tensor())
 
 
 def optimizer_file(state: Path, name: str) -> Path:
