@@ -127,7 +127,7 @@ def main() -> None:
     if args.anchor_only:
         return
 
-    hf = HFBackend.load(resolve(args.ckpt))  # the default engine, as serve-model builds it
+    hf = HFBackend.load(resolve(args.ckpt))
     retriever = retriever_for("bm25")
     knobs = Knobs(max_new_tokens=args.max_new_tokens)
     proc, url = served(args.ckpt)

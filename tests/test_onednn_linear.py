@@ -12,7 +12,7 @@ from torch import nn
 
 from cfbench.harness.backends.choose import backend_for
 from cfbench.harness.backends.hf import HFBackend
-from cfbench.harness.backends.onednn import PackedLinear, default_linear, use_linear
+from cfbench.harness.backends.onednn import PackedLinear, use_linear
 from cfbench.harness.checkpoints import resolve
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.runrecord import RunDir
@@ -33,7 +33,7 @@ def test_a_packed_linear_computes_what_the_linear_computes(bias, shape):
 @torch.inference_mode()
 def test_the_onednn_engine_packs_every_linear_layer_and_gives_the_same_logits(tiny_llama):
     ckpt = resolve(str(tiny_llama))
-    plain, packed = HFBackend.load(ckpt, linear="torch"), HFBackend.load(ckpt, linear="onednn")
+    plain, packed = HFBackend.load(ckpt), HFBackend.load(ckpt, linear="onednn")
     assert not any(isinstance(m, nn.Linear) for m in packed.model.modules())
     assert sum(isinstance(m, PackedLinear) for m in packed.model.modules()) == 2 * 7 + 1  # 7 a layer, and the head
     ids = torch.tensor([[5, 17, 230, 9, 44, 8, 71, 3]])
@@ -44,19 +44,12 @@ def test_the_onednn_engine_packs_every_linear_layer_and_gives_the_same_logits(ti
 
 def test_the_setting_is_in_the_run_record_and_a_resume_across_settings_is_refused(tiny_llama, tmp_path):
     ckpt = resolve(str(tiny_llama))
-    plain, packed = HFBackend.load(ckpt, linear="torch"), HFBackend.load(ckpt, linear="onednn")
+    plain, packed = HFBackend.load(ckpt), HFBackend.load(ckpt, linear="onednn")
     assert "linear" not in plain.describe()  # records made before the option resume unchanged
     assert packed.describe()["linear"] == "onednn"
     RunDir(tmp_path / "run").open({"model": plain.describe()}, resume=False)
     with pytest.raises(CfbenchError, match="cannot resume, the settings differ \\(model.linear: run has None, now 'onednn'\\)"):
         RunDir(tmp_path / "run").open({"model": packed.describe()}, resume=True)
-
-
-def test_onednn_is_the_default_for_float32_on_a_cpu_only(tiny_llama):
-    assert HFBackend.load(resolve(str(tiny_llama))).describe()["linear"] == "onednn"
-    assert HFBackend.load(resolve(str(tiny_llama)), dtype="bfloat16").linear == "torch"
-    assert default_linear("cpu", "float32") == "onednn"
-    assert default_linear("cuda", "float32") == default_linear("cpu", "float16") == "torch"
 
 
 def _mapped(path) -> bool:
@@ -67,11 +60,11 @@ def test_the_packed_engine_lets_go_of_the_checkpoints_memory_map(tiny_llama):
     # transformers maps the safetensors file and packing reads every page of it: while any tensor still points
     # into the map those pages stay resident beside the packed copies (+0.5 GB for SmolLM2-135M).
     weights = (tiny_llama / "model.safetensors").resolve()
-    plain = HFBackend.load(resolve(str(tiny_llama)), linear="torch")
+    plain = HFBackend.load(resolve(str(tiny_llama)))
     assert _mapped(weights)  # the premise: torch's engine keeps reading its weights through the map
     del plain
     gc.collect()
-    packed = HFBackend.load(resolve(str(tiny_llama)))
+    packed = HFBackend.load(resolve(str(tiny_llama)), linear="onednn")
     assert not _mapped(weights)
     ids = torch.tensor([[5, 17, 230, 9]])
     assert packed.model(input_ids=ids).logits.isfinite().all()

@@ -46,8 +46,7 @@ def questions():
 
 @pytest.fixture(scope="module")
 def served_tiny(tiny_llama):
-    # torch's linear layers, as the training sampler below has: serve-model's CPU default packs them for oneDNN
-    with cli_server(["serve-model", "--ckpt", str(tiny_llama), "--name", "tiny", "--linear", "torch"]) as url:
+    with cli_server(["serve-model", "--ckpt", str(tiny_llama), "--name", "tiny"]) as url:
         yield url + "/v1"
 
 

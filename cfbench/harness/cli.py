@@ -53,9 +53,10 @@ DEFAULTS = Knobs()
 @click.option(
     "--linear",
     type=click.Choice(["torch", "onednn"]),
-    default=None,
-    help="hf: onednn packs each weight once for oneDNN (faster decoding on a CPU, last-bit float differences; README "
-    "Benchmarks) [default: onednn for float32 on a CPU, else torch].",
+    default="torch",
+    show_default=True,
+    help="hf on CPU: onednn packs each weight once for oneDNN (faster decoding on some CPUs, last-bit float differences; "
+    "README Benchmarks).",
 )
 @click.option("--tensor-parallel-size", type=click.IntRange(min=1), default=1, show_default=True, help="vllm: GPUs per model.")
 @click.option("--gpu-memory-utilization", type=click.FloatRange(0.05, 1.0), default=0.9, show_default=True, help="vllm.")
@@ -184,7 +185,7 @@ def retriever_serve(index_dir, corpus, host, port, max_results, max_body_bytes, 
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads (default: torch's).")
-@click.option("--linear", type=click.Choice(["torch", "onednn"]), default=None, help="As for eval [default: onednn for float32 on a CPU].")
+@click.option("--linear", type=click.Choice(["torch", "onednn"]), default="torch", show_default=True, help="As for eval.")
 def serve_model(ckpt, name, host, port, device, dtype, threads, linear) -> None:
     """Serve a local model as OpenAI-compatible /v1/completions and /v1/chat/completions (greedy, or sampled with a seed)."""
     from cfbench.harness.backends.hf import HFBackend

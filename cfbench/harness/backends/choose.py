@@ -15,7 +15,7 @@ def backend_for(
     device: str = "cpu",
     dtype: str | None = None,
     threads: int | None = None,
-    linear: str | None = None,
+    linear: str = "torch",
     tensor_parallel_size: int = 1,
     gpu_memory_utilization: float = 0.9,
     max_model_len: int | None = None,
@@ -23,7 +23,7 @@ def backend_for(
     **openai,
 ) -> Backend:
     """The engine `kind` names; `openai` holds OpenAIBackend's keywords (base_url, model, tokenizer, concurrency, ...)."""
-    if linear and kind != "hf":
+    if linear != "torch" and kind != "hf":
         raise CfbenchError(f"--linear {linear} is for --backend hf; drop it")
     if kind == "openai":
         if not openai.get("base_url") or not openai.get("model"):

@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from cfbench.harness.backends import Completion, call_seed
 from cfbench.harness.backends.kv import left_padded_cache
-from cfbench.harness.backends.onednn import default_linear, use_linear
+from cfbench.harness.backends.onednn import use_linear
 from cfbench.harness.backends.tokens import PromptTokens, TokenizedEngine
 from cfbench.harness.checkpoints import ResolvedCheckpoint
 from cfbench.harness.protocol import cut_at_stop
@@ -60,11 +60,9 @@ class HFBackend(TokenizedEngine):
 
     @classmethod
     def load(
-        cls, ckpt: ResolvedCheckpoint, device: str = "cpu", dtype: str = "float32", threads: int | None = None, linear: str | None = None
+        cls, ckpt: ResolvedCheckpoint, device: str = "cpu", dtype: str = "float32", threads: int | None = None, linear: str = "torch"
     ) -> HFBackend:
-        """`linear`: "torch" (nn.Linear as loaded) or "onednn" (weights packed once for oneDNN: onednn.py); None picks
-        default_linear's choice for the device and dtype."""
-        linear = linear or default_linear(device, dtype)
+        """`linear`: "torch" (nn.Linear as loaded) or "onednn" (weights packed once for oneDNN: onednn.py)."""
         if threads:
             torch.set_num_threads(threads)
         tokens = PromptTokens(AutoTokenizer.from_pretrained(ckpt.location))

@@ -39,12 +39,6 @@ class PackedLinear(nn.Module):
         return flat.reshape(*x.shape[:-1], self.out_features)
 
 
-def default_linear(device: str, dtype: str) -> str:
-    """The engine's default: packed oneDNN linears for float32 on a CPU (1.3x faster evaluations, same 70 mini
-    trajectories, README Benchmarks), torch's everywhere else."""
-    return "onednn" if device == "cpu" and dtype == "float32" and torch.backends.mkldnn.is_available() else "torch"
-
-
 def use_linear(model: nn.Module, linear: str, device: str) -> None:
     """Swap every nn.Linear of `model` for a PackedLinear when `linear` is "onednn"; "torch" keeps them."""
     if linear not in LINEARS:

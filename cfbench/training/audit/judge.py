@@ -217,8 +217,7 @@ class _LocalChat:
         from cfbench.harness.backends.hf import HFBackend
         from cfbench.harness.checkpoints import resolve
 
-        # torch's linear layers, as when the judge's cached verdicts were made (the engine is not part of its identity)
-        self._engine = self._engine or HFBackend.load(resolve(self.spec), linear="torch")
+        self._engine = self._engine or HFBackend.load(resolve(self.spec))
         ids = [self._engine.tokens.encode(self._engine.chat_prompt(p)) for p in prompts]
         return [c.text for c in self._engine.complete(ids, max_tokens, ())]
 
