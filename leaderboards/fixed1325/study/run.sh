@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The 135M study's remaining work, in order, each piece resumed where it stopped and skipped when done
+# (STUDY.md). Run from the repository root in the project's venv, in the background:
+#   nohup nice -n 10 leaderboards/fixed1325/study/run.sh >> runs/study.log 2>&1 &
+# First the fixed1325 evaluations of the finished trainings (unfinished ones live in
+# leaderboards/fixed1325/pending/, a few MB of text, so a sitting can stop anywhere), then the
+# trainings not yet finished. A training stopped midway must be committed with its latest checkpoint's
+# state/ (tens of MB per role), so start one only with about 2 hours of the sitting left.
+# Evaluations keep the Base row's engine: --linear torch, 2 threads (batch 32, an engine setting).
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+export OMP_NUM_THREADS=2
+study=leaderboards/fixed1325/study
+pending=leaderboards/fixed1325/pending
+
+finished() {  # a training run whose metrics reached its last scheduled step
+  [ -f "$1/metrics.jsonl" ] && python3 - "$1" <<'EOF'
+import json, sys
+from pathlib import Path
+run = Path(sys.argv[1])
+steps = json.loads((run / "config.json").read_text())["steps"]
+rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+sys.exit(0 if rows and rows[-1]["step"] == steps and (run / f"checkpoint-{steps}").is_dir() else 1)
+EOF
+}
+
+evaluate() {  # fixed1325 of a finished training's last checkpoint, into pending/ until it is added to the leaderboard
+  local t=$1 out=$pending/smollm2-135m-$t
+  finished "$study/$t" || return 0
+  [ -f "$out/results.json" ] && return 0
+  local last
+  last=$(ls -d "$study/$t"/checkpoint-* | sort -t- -k2 -n | tail -1)
+  cfbench eval --ckpt "$last" --suite fixed1325 --out "$out" --threads 2 --batch-size 32 --linear torch $([ -f "$out/run.json" ] && echo --resume)
+}
+
+train() {
+  local t=$1 out=$study/$1
+  finished "$out" && return 0
+  cfbench train --treatment "$t" --scale cpu --out "$out" --threads 2 $([ -f "$out/config.json" ] && echo --resume)
+}
+
+for t in dr-zero msv search-r1 crossfit msv-crossfit; do evaluate "$t"; done
+for t in msv crossfit msv-crossfit search-r1; do train "$t"; evaluate "$t"; done
