@@ -15,7 +15,7 @@ That copy is what `--plan` counts as "rollout sampler weights" and what a vLLM e
 FSDP2 is used directly, not through accelerate: accelerate's FSDP plugin is for GPUs (on a CPU it
 falls back to data-parallel), and this path is tested on CPU processes (gloo). Its checkpoints are
 the same as a replicated role's: the full HF model, plus the role's AdamW state gathered whole into
-state/ (torch.distributed.checkpoint's full state dicts), so a run resumes on any process count.
+state/ (torch.distributed.checkpoint's full state dicts), which `cfbench eval` and a resume read.
 """
 
 from __future__ import annotations
