@@ -1,5 +1,6 @@
 """`cfbench train` for real: SmolLM2-135M, the cpu-smoke search-r1 config, BM25 rollouts, accelerate on CPU."""
 
+import hashlib
 import json
 import os
 import re
@@ -121,6 +122,30 @@ def test_the_checkpoint_is_scored_by_eval_unchanged(two_steps, tmp_path):
     assert "avg7" in done.stdout
     results = json.loads((out / "results.json").read_text())
     assert results["suite"]["n"] == 70 and results["model"]["weights_sha256"] == resolve(str(two_steps / "checkpoint-2")).weights_sha256
+    record = (two_steps / "checkpoint-2" / "cfbench_train.json").read_bytes()
+    assert results["model"]["training_record"]["sha256"] == hashlib.sha256(record).hexdigest()  # the run that trained it
+
+
+def test_a_training_checkpoint_is_tied_to_its_run_by_hashes(tiny_llama, tmp_path):
+    from cfbench.harness.errors import CfbenchError
+
+    checkpoint = tmp_path / "checkpoint-3"
+    shutil.copytree(tiny_llama, checkpoint)
+    assert "training_record" not in resolve(str(checkpoint)).describe()  # any other checkpoint's record is unchanged
+    record = checkpoint / "cfbench_train.json"
+    record.write_text(json.dumps({"step": 3, "config": {"seed": 0, "knobs": {"topk": 3}}}) + "\n")
+    tied = resolve(str(checkpoint)).describe()["training_record"]
+    assert tied == {
+        "step": 3,
+        "sha256": hashlib.sha256(record.read_bytes()).hexdigest(),
+        "config_sha256": hashlib.sha256(b'{"knobs":{"topk":3},"seed":0}').hexdigest(),
+    }
+    record.write_text(json.dumps({"config": {"knobs": {"topk": 3}, "seed": 0}, "step": 3}))  # the same config, other bytes
+    again = resolve(str(checkpoint)).describe()["training_record"]
+    assert again["config_sha256"] == tied["config_sha256"] and again["sha256"] != tied["sha256"]
+    record.write_text("{")
+    with pytest.raises(CfbenchError, match="cfbench_train.json: not JSON"):
+        resolve(str(checkpoint))
 
 
 @pytest.mark.slow

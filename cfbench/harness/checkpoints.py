@@ -59,6 +59,7 @@ MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 ADAPTED = {"smollm2-135m-search": Adapter(base="smollm2-135m", directory=MODELS_DIR / "smollm2-135m-search")}
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 SOURCE = "cfbench_source.json"
+TRAIN_RECORD = "cfbench_train.json"  # what `cfbench train` writes into every checkpoint: its step and the run's config
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
@@ -68,18 +69,20 @@ class ResolvedCheckpoint:
     name: str  # what the user passed
     location: str  # a local directory or a hub id
     weights_sha256: str | None  # None for a hub id: the hub's revision decides the weights
+    training_record: dict | None = None  # a `cfbench train` checkpoint's: hashes of its record and of the run's config
 
     def describe(self) -> dict:
-        return {"model": self.name, "model_location": self.location, "weights_sha256": self.weights_sha256}
+        out = {"model": self.name, "model_location": self.location, "weights_sha256": self.weights_sha256}
+        return out | ({"training_record": self.training_record} if self.training_record else {})  # others' records unchanged
 
 
 def resolve(ckpt: str) -> ResolvedCheckpoint:
     path = Path(ckpt).expanduser()
     if path.is_dir() and (path / ADAPTER_FILES[0]).is_file() and not (path / "config.json").is_file():
         local = _trained_adapter(path)
-        return ResolvedCheckpoint(ckpt, str(local), weights_hash(local))
+        return ResolvedCheckpoint(ckpt, str(local), weights_hash(local), training_record(path))
     if path.is_dir():
-        return ResolvedCheckpoint(ckpt, str(path.resolve()), weights_hash(path))
+        return ResolvedCheckpoint(ckpt, str(path.resolve()), weights_hash(path), training_record(path))
     if ckpt in BUNDLED or ckpt in ADAPTED:
         local = materialise(ckpt)
         return ResolvedCheckpoint(ckpt, str(local), weights_hash(local))
@@ -95,6 +98,27 @@ def resolve(ckpt: str) -> ResolvedCheckpoint:
         f"checkpoint {ckpt!r} not found: not a directory, not a bundled model ({', '.join([*BUNDLED, *ADAPTED])}), "
         "and not a hub id (org/name)"
     )
+
+
+def training_record(directory: Path) -> dict | None:
+    """What ties an evaluated checkpoint to the run that trained it, when `cfbench train` wrote it: the step, the
+    sha256 of its cfbench_train.json, and that of the run's config in it (canonical JSON, so equal configs hash equal)."""
+    path = directory / TRAIN_RECORD
+    if not path.is_file():
+        return None
+    text = path.read_bytes()
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CfbenchError(f"{path}: not JSON ({e.msg} at line {e.lineno}); restore it from the training run") from None
+    if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
+        raise CfbenchError(f"{path}: holds no run config (field 'config'); restore it from the training run")
+    config = json.dumps(record["config"], sort_keys=True, separators=(",", ":")).encode()
+    return {
+        "step": record.get("step"),
+        "sha256": hashlib.sha256(text).hexdigest(),
+        "config_sha256": hashlib.sha256(config).hexdigest(),
+    }
 
 
 def weights_hash(directory: Path) -> str:

@@ -33,14 +33,13 @@ import torch
 from accelerate.utils import gather_object
 
 from cfbench.harness.backends.tokens import PromptTokens
-from cfbench.harness.checkpoints import resolve
+from cfbench.harness.checkpoints import TRAIN_RECORD, resolve
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import dumps, write_atomic, write_jsonl
 from cfbench.training.config.classes import BaseConfig, SearchR1Config, SelfEvolutionConfig, TrainingConfig, read_run_config
 from cfbench.training.config.schema import to_json
 from cfbench.training.core.episodes import rollout_episode
 from cfbench.training.core.learner import (
-    TRAIN_RECORD,
     accelerator_for_training,
     append_row,
     checkpoints,

@@ -173,9 +173,9 @@ def feedback(
     from transformers import AutoTokenizer
 
     from cfbench.harness.backends.tokens import PromptTokens
-    from cfbench.harness.checkpoints import resolve
+    from cfbench.harness.checkpoints import TRAIN_RECORD, resolve
     from cfbench.harness.retrievers.choose import retriever_for
-    from cfbench.training.core.learner import TRAIN_RECORD, accelerator_for_training, checkpoints, learner, sampler
+    from cfbench.training.core.learner import accelerator_for_training, checkpoints, learner, sampler
     from cfbench.training.core.policy_update import reference_model, update
     from cfbench.training.selfevolve.run import corpus_path, solver_answers, solver_episodes
 

@@ -28,7 +28,7 @@ import torch
 from accelerate.utils import broadcast_object_list
 
 from cfbench.harness.backends.hf import HFBackend
-from cfbench.harness.checkpoints import ResolvedCheckpoint, resolve
+from cfbench.harness.checkpoints import TRAIN_RECORD, ResolvedCheckpoint, resolve
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import append_jsonl, dumps, write_atomic
 from cfbench.training.core.policy_update import reference_model
@@ -36,8 +36,6 @@ from cfbench.training.core.sharding import load_optimizer, optimizer_file, refre
 
 if TYPE_CHECKING:
     from cfbench.training.config.classes import RLConfig
-
-TRAIN_RECORD = "cfbench_train.json"
 
 
 def accelerator_for_training():

@@ -39,6 +39,7 @@ import torch
 from cfbench.harness.agent import Trajectory
 from cfbench.harness.backends import Backend
 from cfbench.harness.backends.tokens import PromptTokens
+from cfbench.harness.checkpoints import TRAIN_RECORD
 from cfbench.harness.corpus import load_corpus
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import write_jsonl
@@ -49,7 +50,6 @@ from cfbench.training.config.schema import to_json
 from cfbench.training.core.answers import MATCHER, matches
 from cfbench.training.core.episodes import rollout_episode
 from cfbench.training.core.learner import (
-    TRAIN_RECORD,
     append_row,
     sampler,
     save,
