@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The 135M study's remaining work, in order, each piece resumed where it stopped and skipped when done
-# (STUDY.md). Run from the repository root in the project's venv, in the background:
-#   nohup nice -n 10 leaderboards/fixed1325/study/run.sh >> runs/study.log 2>&1 &
+# (STUDY.md). Run from the repository root with the project's venv activated, in the background:
+#   . .venv/bin/activate && nohup nice -n 10 leaderboards/fixed1325/study/run.sh >> runs/study.log 2>&1 &
 # First the fixed1325 evaluations of the finished trainings (unfinished ones live in
 # leaderboards/fixed1325/pending/, a few MB of text, so a sitting can stop anywhere), then the
 # trainings not yet finished. A training stopped midway must be committed with its latest checkpoint's
