@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 from transformers import AutoTokenizer
 
 from cfbench.training.core.episodes import Episode
-from cfbench.training.core.learner import accelerator_for_training, full_model, learner, restore, resume_from, save
+from cfbench.training.core.learner import accelerator_for_training, learner, restore, resume_from, save, saved_weights
 from cfbench.training.core.policy_update import update
 from cfbench.training.treatments import load_config
 
@@ -38,7 +38,8 @@ if __name__ == "__main__":
         stats = update(roles["main"], accelerator, [e for e in batch() if e.group % world == rank], config, 0)  # whole groups
     if mode == "save":
         save(accelerator, roles, AutoTokenizer.from_pretrained(model), out, start + updates, {})
-    weights = {name: tensor.detach().clone() for name, tensor in full_model(accelerator, roles["main"]).state_dict().items()}
+    model, gathered = saved_weights(accelerator, roles["main"])  # what a checkpoint of the role holds
+    weights = {name: tensor.detach().clone() for name, tensor in (model.state_dict() if gathered is None else gathered).items()}
     if accelerator.is_main_process:
         (out / "result").mkdir(exist_ok=True)
         save_file(weights, out / "result" / "weights.safetensors")

@@ -99,3 +99,12 @@ def test_with_a_lora_section_only_the_adapters_hold_gradients_and_moments():
     terms, base = (estimate(c, shape, gpus=8, sharded=False, precision="fp32") for c in (adapted, full))
     assert terms["gradients"] / GB == pytest.approx(0.491, rel=0.01) and terms["optimizer"] / GB == pytest.approx(0.981, rel=0.01)
     assert terms["weights"] == base["weights"] and terms["rollout KV cache"] == base["rollout KV cache"]
+
+
+def test_the_plan_says_whether_the_layout_the_config_asks_for_fits():
+    paper = load_config("search-r1", "paper")  # sharded bf16 with checkpointing and chunked log-probs
+    assert "as configured (sharded bf16): 67.3 GB per GPU, fits" in plan(paper, 8, 80)
+    [replicated] = [line for line in plan(paper | {"sharding": None, "bf16": False}, 8, 80) if line.startswith("as configured")]
+    assert replicated.startswith("as configured (replicated fp32)") and "set knobs sharding 'fsdp' and bf16 true" in replicated
+    [evolving] = [line for line in plan(load_config("dr-zero", "paper"), 8, 80) if line.startswith("as configured")]
+    assert "does not fit; the self-evolution loop runs its roles in one process and cannot shard them yet" in evolving

@@ -64,7 +64,7 @@ def test_a_sharded_role_resumes_with_its_optimizer_state(tiny_llama, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("changes", [{}, SHARDED], ids=["replicated", "sharded"])
+@pytest.mark.parametrize("changes", [{}, SHARDED, SHARDED | {"bf16": True}], ids=["replicated", "sharded", "sharded bf16"])
 def test_two_processes_train_one_step_schedule_and_build_the_index_once(tiny_llama, tmp_path, changes):
     out, cache = tmp_path / "run", tmp_path / "cache"  # an empty cache: both processes find the index missing at once
     knobs = json.dumps({"prompts_per_step": 2, "warmup_steps": 4, **changes})
@@ -74,7 +74,8 @@ def test_two_processes_train_one_step_schedule_and_build_the_index_once(tiny_lla
     assert [r["learning_rate"] for r in rows] == [lr * 1 / 4, lr * 2 / 4]  # warmup 4: one scheduler step per update
     rollouts = [json.loads(line) for line in (out / "rollouts" / "step-1.jsonl").read_text().splitlines()]
     assert len(rollouts) == 2 * 5 and len({r["id"].split("#")[0] for r in rollouts}) == 2  # each process rolled out its prompt
-    assert (out / "checkpoint-2" / "model.safetensors").is_file()
+    saved = load_file(out / "checkpoint-2" / "model.safetensors")
+    assert all(v.dtype == torch.float32 for v in saved.values())  # the master weights, never a bf16 sampler's
     assert (out / "checkpoint-2" / "state" / "sharded-optimizer-main.pt").is_file() == bool(changes)
     assert len(list(cache.glob("indexes/bm25-*"))) == 1
 

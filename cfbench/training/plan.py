@@ -191,5 +191,18 @@ def plan(config: TrainingConfig, gpus: int, gpu_memory: float) -> list[str]:
             f"checkpointing: its {phase} needs {peaks[phase] / GB:.1f} GB per GPU of {usable / GB:.1f} usable, "
             f"{best[term] / GB:.1f} GB of it {term}; change {_knob(term)}"
         )
+    lines.append(as_configured(config, table, usable))
     lines.append(f"fits: sharded bf16 with gradient checkpointing and chunked log-probs needs {peaks[phase] / GB:.1f} GB per GPU ({phase})")
     return lines
+
+
+def as_configured(config: RLConfig, table: dict, usable: float) -> str:
+    """Whether the layout the config itself asks for fits (the table's best layout may be one the trainer cannot run for it)."""
+    layout = ("sharded" if config.sharding else "replicated", "bf16" if config.bf16 else "fp32")
+    peak = max(phases(table[layout], config.gradient_checkpointing, config.logprob_chunk is not None).values())
+    verdict = f"as configured ({' '.join(layout)}): {peak / GB:.1f} GB per GPU, " + ("fits" if peak <= usable else "does not fit")
+    if peak <= usable:
+        return verdict
+    if isinstance(config, SelfEvolutionConfig):
+        return verdict + "; the self-evolution loop runs its roles in one process and cannot shard them yet"
+    return verdict + "; set knobs sharding 'fsdp' and bf16 true, gradient_checkpointing true and logprob_chunk"

@@ -32,7 +32,7 @@ from cfbench.harness.checkpoints import TRAIN_RECORD, ResolvedCheckpoint, resolv
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import append_jsonl, dumps, write_atomic
 from cfbench.training.core.policy_update import reference_model
-from cfbench.training.core.sharding import load_optimizer, optimizer_file, refresh, save_optimizer, sharded
+from cfbench.training.core.sharding import full_state, load_optimizer, optimizer_file, refresh, save_optimizer, sharded
 
 if TYPE_CHECKING:
     from cfbench.training.config.classes import RLConfig
@@ -121,20 +121,26 @@ def start_roles(
     return ckpt, tokenizer, roles, reference
 
 
-def full_model(accelerator, role: Learner):
-    """The role's whole current model as an HF model: the trained model itself, or a sharded role's copy refreshed from
-    its shards (then every process must call this at the same point)."""
-    if role.sampler is None:
-        return accelerator.unwrap_model(role.model)
-    refresh(role.model, role.sampler)
-    return role.sampler
-
-
 def sampler(accelerator, role: Learner, tokens, ckpt, config: RLConfig, step: int, stream: str) -> HFBackend:
-    """An hf engine sampling from the role's current weights; its seed depends only on (seed, step, stream)."""
+    """An hf engine sampling from the role's current weights; its seed depends only on (seed, step, stream).
+    A sharded role samples from its full copy, refreshed from the shards here (every process at once)."""
     seed = int.from_bytes(hashlib.sha256(f"{config.seed}:{step}:{stream}".encode()).digest()[:8], "big")
     role.model.eval()
-    return HFBackend(full_model(accelerator, role), tokens, ckpt=ckpt, dtype="float32", temperature=config.temperature, seed=seed)
+    if role.sampler is None:
+        model = accelerator.unwrap_model(role.model)
+    else:
+        model = role.sampler
+        refresh(role.model, model)
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    return HFBackend(model, tokens, ckpt=ckpt, dtype=dtype, temperature=config.temperature, seed=seed)
+
+
+def saved_weights(accelerator, role: Learner) -> tuple[object, dict | None]:
+    """(an HF model to save, the state dict to save in place of its own, or None): a sharded role's float32 weights are
+    gathered on the main process (every process must call this at the same point), its sampler lends the config."""
+    if role.sampler is None:
+        return accelerator.unwrap_model(role.model), None
+    return role.sampler, full_state(role.model)
 
 
 def checkpoints(out: Path) -> list[tuple[int, Path]]:
@@ -201,12 +207,13 @@ def save(accelerator, roles: dict[str, Learner], tokenizer, out: Path, step: int
     final = out / f"checkpoint-{step}"
     tmp = out / f".checkpoint-{step}.tmp"
     try:
-        models = {name: full_model(accelerator, role) for name, role in roles.items()}  # every process: sharded roles gather
+        models = {name: saved_weights(accelerator, role) for name, role in roles.items()}  # every process: sharded roles gather
         if accelerator.is_main_process:
-            for name, model in models.items():
+            for name, (model, weights) in models.items():
                 # An adapter's embeddings are never trained here; peft's "auto" would look its base up on the hub to check.
                 adapter = {"save_embedding_layers": False} if hasattr(model, "peft_config") else {}
-                model.save_pretrained(role_dir(tmp, name), safe_serialization=True, **adapter)
+                state = {"state_dict": weights} if weights is not None else {}
+                model.save_pretrained(role_dir(tmp, name), safe_serialization=True, **adapter, **state)
                 tokenizer.save_pretrained(role_dir(tmp, name))
         accelerator.wait_for_everyone()
         handle = accelerator.register_save_state_pre_hook(lambda models, weights, output_dir: weights.clear())  # stored once, above

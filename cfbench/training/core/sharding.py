@@ -8,9 +8,11 @@ reduced in float32, as DeepSpeed's bf16 ZeRO-3 does.
 
 Rollouts cannot come from the sharded model: every forward of a sharded unit is a collective,
 and each process decodes its own prompts for its own number of steps. So a sharded role keeps a
-full copy, the sampler, that the hf engine decodes from; `full_model` refreshes it from the
-shards (every process at once) before each step's rollouts and before a checkpoint is written.
-That copy is what `--plan` counts as "rollout sampler weights" and what a vLLM engine would hold.
+full copy, the sampler (in bfloat16 with `bf16`), that the hf engine decodes from; `refresh`
+copies the shards into it (every process at once) before each step's rollouts. That copy is what
+`--plan` counts as "rollout sampler weights" and what a vLLM engine would hold. A checkpoint is
+written from the float32 master weights gathered on the main process (`full_state`), never from
+the sampler.
 
 FSDP2 is used directly, not through accelerate: accelerate's FSDP plugin is for GPUs (on a CPU it
 falls back to data-parallel), and this path is tested on CPU processes (gloo). Its checkpoints are
@@ -54,6 +56,8 @@ def sharded(model, config, accelerator):
     check_processes(accelerator)
     model.to(accelerator.device)
     sampler = copy.deepcopy(model).eval().requires_grad_(False)
+    if config.bf16:
+        sampler.to(torch.bfloat16)
     shard(model, config.bf16)
     return model, sampler
 
@@ -65,6 +69,14 @@ def refresh(model, sampler) -> None:
     into = dict(sampler.named_parameters())
     for name, param in model.named_parameters():
         into[name].copy_(param.full_tensor())
+
+
+def full_state(model) -> dict:
+    """The sharded `model`'s float32 weights gathered whole on the main process (others get an empty dict); every
+    process calls it together."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def optimizer_file(state: Path, name: str) -> Path:
