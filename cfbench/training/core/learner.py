@@ -56,7 +56,7 @@ class Learner:
     model: object
     optimizer: object
     scheduler: object
-    sampler: object | None = None  # a sharded role's full-weight copy for rollouts and saving (core/sharding.py)
+    sampler: object | None = None  # a sharded role's full-weight copy that its rollouts decode from (core/sharding.py)
 
 
 def learner(config: RLConfig, base: str | Path, accelerator, updates: int, saved: Path | None = None) -> Learner:
@@ -70,13 +70,12 @@ def learner(config: RLConfig, base: str | Path, accelerator, updates: int, saved
         model = _with_adapter(model, config, saved)
     if config.gradient_checkpointing:  # only in train mode: the role's sampler (eval mode) decodes with its K/V cache as usual
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    full = None
     if config.sharding:
         model, full = sharded(model, config, accelerator)
     trained = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trained, lr=config.learning_rate, weight_decay=config.weight_decay)
     scheduler = get_constant_schedule_with_warmup(optimizer, config.warmup(updates))
-    if full is not None:  # sharded by FSDP itself: accelerate prepares (and saves) only the schedule
+    if config.sharding:  # sharded by FSDP itself: accelerate prepares (and saves) only the schedule
         return Learner(model, optimizer, accelerator.prepare(scheduler), full)
     return Learner(*accelerator.prepare(model, optimizer, scheduler))
 
