@@ -12,7 +12,9 @@ Nothing is downloaded:
   2. cfbench's hf engine runs the `mini` suite (70 questions) through the protocol's agent loop with the
      bundled corpus's BM25 index (built here), in one batch; prints generated tokens/s;
   3. three policy-gradient steps through cfbench's learner (accelerate, bf16 autocast on CUDA, gradient
-     checkpointing) on those trajectories; prints trained tokens/s and peak GPU memory.
+     checkpointing) on those trajectories; prints trained tokens/s and peak GPU memory;
+  4. on CUDA, the first 20 questions again in float32 on the GPU and on the CPU: how many trajectories
+     agree token for token (the engine's CUDA path against the CPU path the tests check).
 The summary block is printed last and written to $OUT/gpu_check.json when $OUT is set. It is a
 speed and plumbing check, not a learning one: rewards alternate 1/0 inside each group of samples so
 every step has non-zero advantages and real gradients.
@@ -86,7 +88,7 @@ def rollouts(model_dir: Path, device: str, dtype: str, questions: int, knobs) ->
     from cfbench.harness.agent import run_batch
     from cfbench.harness.backends.hf import HFBackend
     from cfbench.harness.backends.tokens import PromptTokens
-    from cfbench.harness.checkpoints import resolve
+    from cfbench.harness.checkpoints import load_model, resolve
     from cfbench.harness.retrievers.choose import retriever_for
     from cfbench.harness.suite import load_suite
 
@@ -94,7 +96,7 @@ def rollouts(model_dir: Path, device: str, dtype: str, questions: int, knobs) ->
     retriever = retriever_for("bm25")
     index_s = time.time() - began
     tokens = PromptTokens(AutoTokenizer.from_pretrained(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).to(device).eval()
+    model = load_model(AutoModelForCausalLM, model_dir, getattr(torch, dtype)).to(device).eval()
     engine = HFBackend(model, tokens, ckpt=resolve(str(model_dir)), dtype=dtype)
     suite = list(load_suite("mini").questions)[:questions]
     _sync(device)
@@ -173,8 +175,22 @@ def check(work: Path, device: str, size: str, tiny: bool) -> dict:
     knobs = Knobs(max_new_tokens=24, max_obs_tokens=48, max_searches=1) if tiny else Knobs()
     dtype = "bfloat16" if device == "cuda" else "float32"
     trajectories, generation = rollouts(work / "model", device, dtype, 10 if tiny else 70, knobs)
+    print(json.dumps({"generation": generation}), flush=True)  # each stage as it ends, in case a later one runs out of time
     training = train_steps(work / "model", device, trajectories, steps=3, micro_batch=5 if tiny else 10)
+    print(json.dumps({"training": training}), flush=True)
     shape = AutoConfig.from_pretrained(work / "model")
+    agreement = None
+    if device == "cuda":
+        on_gpu, _ = rollouts(work / "model", "cuda", "float32", 20, knobs)
+        on_cpu, cpu_timing = rollouts(work / "model", "cpu", "float32", 20, knobs)
+        pairs = list(zip(on_gpu, on_cpu))
+        agreement = {
+            "questions": len(pairs),
+            "predictions": sum(a.prediction == b.prediction for a, b in pairs),
+            "first_turns": sum(a.turns[0]["generated"] == b.turns[0]["generated"] for a, b in pairs),
+            "trajectories": sum(a.turns == b.turns for a, b in pairs),
+            "cpu_seconds": cpu_timing["seconds"],
+        }
     return {
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "torch": torch.__version__,
@@ -183,6 +199,7 @@ def check(work: Path, device: str, size: str, tiny: bool) -> dict:
         "knobs": asdict(knobs),
         "generation": generation,
         "training": training,
+        "cuda_vs_cpu_float32": agreement,
     }
 
 

@@ -31,6 +31,15 @@ from cfbench.harness.paths import cache_dir, cache_entry_lock
 from cfbench.harness.wheels import check_sha256, fetch_members
 
 
+def load_model(auto_class, location, dtype, **kwargs):
+    """`auto_class.from_pretrained(location)` in `dtype`, as cfbench loads every model: never with the hub's kernels.
+
+    transformers 5.2x turns `use_kernels` on by default because its `kernels` dependency is installed; on
+    CUDA, `model.train()` then replaces layers with kernels fetched from the hub: a download with no hub
+    access (the GPU check's training crashed on it, 2026-12-05) and other numerics than the CPU path."""
+    return auto_class.from_pretrained(location, dtype=dtype, use_kernels=False, **kwargs)
+
+
 @dataclass(frozen=True)
 class GgufWheel:
     package: str
@@ -239,7 +248,7 @@ def _merge(base: Path, adapter: Path, out: Path) -> None:
 
     # Merged in float64, then stored as float32: W + B @ A rounds once, so the merged weights (and the hash
     # every run record keeps) do not depend on the machine's matmul kernels or thread count.
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float64)
+    model = load_model(AutoModelForCausalLM, base, torch.float64)
     merged = PeftModel.from_pretrained(model, adapter).merge_and_unload()
     merged.to(torch.float32).save_pretrained(out)
     AutoTokenizer.from_pretrained(base).save_pretrained(out)
@@ -250,7 +259,7 @@ def _dequantise(gguf: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    model = load_model(AutoModelForCausalLM, gguf.parent, torch.float32, gguf_file=gguf.name)
     # The loaded model is plain fp32; drop the GGUF quantisation markers so it saves as a normal checkpoint.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):

@@ -33,7 +33,7 @@ import torch
 from accelerate.utils import gather_object
 
 from cfbench.harness.backends.tokens import PromptTokens
-from cfbench.harness.checkpoints import TRAIN_RECORD, resolve
+from cfbench.harness.checkpoints import TRAIN_RECORD, load_model, resolve
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import dumps, write_atomic, write_jsonl
 from cfbench.training.config.classes import BaseConfig, SearchR1Config, SelfEvolutionConfig, TrainingConfig, read_run_config
@@ -218,7 +218,7 @@ def _save_base(config: BaseConfig, out: Path) -> Path:
     ckpt = resolve(config.model)
     final, tmp = out / "checkpoint-0", out / ".checkpoint-0.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    AutoModelForCausalLM.from_pretrained(ckpt.location, dtype=torch.float32).save_pretrained(tmp, safe_serialization=True)
+    load_model(AutoModelForCausalLM, ckpt.location, torch.float32).save_pretrained(tmp, safe_serialization=True)
     AutoTokenizer.from_pretrained(ckpt.location).save_pretrained(tmp)
     write_atomic(tmp / TRAIN_RECORD, dumps({"step": 0, "config": to_json(config), "weights_from": ckpt.describe()}) + "\n")
     shutil.rmtree(final, ignore_errors=True)

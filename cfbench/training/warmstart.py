@@ -32,7 +32,7 @@ import torch
 
 from cfbench.harness import jsonl
 from cfbench.harness.backends.tokens import PromptTokens
-from cfbench.harness.checkpoints import adapter_hash, resolve
+from cfbench.harness.checkpoints import adapter_hash, load_model, resolve
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.paths import TASKS_DIR
 from cfbench.harness.runrecord import dumps, write_atomic
@@ -172,7 +172,7 @@ def warm_start(config: WarmStartConfig, out: Path, *, resume: bool = False, comm
     try:
         lora = config.lora
         model = get_peft_model(
-            AutoModelForCausalLM.from_pretrained(ckpt.location, dtype=torch.float32),
+            load_model(AutoModelForCausalLM, ckpt.location, torch.float32),
             LoraConfig(
                 task_type="CAUSAL_LM",
                 r=lora.r,

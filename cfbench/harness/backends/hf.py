@@ -17,7 +17,7 @@ from cfbench.harness.backends import Completion, call_seed
 from cfbench.harness.backends.kv import left_padded_cache
 from cfbench.harness.backends.onednn import use_linear
 from cfbench.harness.backends.tokens import PromptTokens, TokenizedEngine
-from cfbench.harness.checkpoints import ResolvedCheckpoint
+from cfbench.harness.checkpoints import ResolvedCheckpoint, load_model
 from cfbench.harness.protocol import cut_at_stop
 
 STOP_WINDOW = 8  # tokens decoded at each step to spot a stop string that just completed
@@ -66,7 +66,7 @@ class HFBackend(TokenizedEngine):
         if threads:
             torch.set_num_threads(threads)
         tokens = PromptTokens(AutoTokenizer.from_pretrained(ckpt.location))
-        model = AutoModelForCausalLM.from_pretrained(ckpt.location, dtype=getattr(torch, dtype)).to(device).eval()
+        model = load_model(AutoModelForCausalLM, ckpt.location, getattr(torch, dtype)).to(device).eval()
         use_linear(model, linear, device)
         return cls(model, tokens, ckpt=ckpt, dtype=dtype, linear=linear)
 

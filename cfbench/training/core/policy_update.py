@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from cfbench.harness.checkpoints import load_model
 from cfbench.training.core.episodes import Episode, collate, sampled_logprobs
 from cfbench.training.core.objective import group_advantages, kl_per_token, recipe_loss, token_logprobs
 
@@ -45,7 +46,7 @@ def reference_model(config, location, accelerator):
         return None
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(location, dtype=torch.float32).to(accelerator.device).eval().requires_grad_(False)
+    model = load_model(AutoModelForCausalLM, location, torch.float32).to(accelerator.device).eval().requires_grad_(False)
     if config.sharding:
         from cfbench.training.core.sharding import shard
 
