@@ -6,19 +6,27 @@
                                 vLLM's include_stop_str_in_output / add_special_tokens / return_token_ids
     POST /v1/chat/completions   messages through the model's chat template
     GET  /health
+    POST /v1/load_lora_adapter  {"lora_name", "lora_path"}: serve a peft LoRA adapter over the model as model
+                                `lora_name` (vLLM's runtime LoRA route and body); 400 for a name already served
+    POST /v1/unload_lora_adapter {"lora_name"}: stop serving it; 404 for a name not served
 
 Greedy at temperature 0 (the default); above it, sampled with a generator seeded with the request's
 seed (0 when none is given, so the server stays deterministic). One request's prompts decode as one
 batch (requests take turns), so a client that sends a turn's prompts in one request gets exactly
 what the in-process hf engine gives, sampled or not. Bad requests get an OpenAI-style error
-({"error": {"message", "type", "param"}}) and the server keeps serving.
+({"error": {"message", "type", "param"}}) and the server keeps serving. An adapter is applied
+unmerged, as peft computes it in training, so a trainer syncing its adapter here
+(training/core/served.py) samples exactly what its in-process sampler would; the model's own name
+keeps serving the model without it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -56,6 +64,15 @@ class CompletionRequest(_Sampling):
     logprobs: int | None = None
 
 
+class LoadAdapter(BaseModel):
+    lora_name: str
+    lora_path: str
+
+
+class UnloadAdapter(BaseModel):
+    lora_name: str
+
+
 class Message(BaseModel):
     role: str
     content: str
@@ -73,6 +90,7 @@ def make_app(backend: HFBackend, name: str) -> FastAPI:
     max_len = backend.model.config.max_position_embeddings
     ids = itertools.count()
     card = {"id": name, "object": "model", "created": 0, "owned_by": "cfbench", "max_model_len": max_len, "cfbench": backend.describe()}
+    served = _Adapters(backend)
 
     @app.exception_handler(_Refused)
     async def refused(_: Request, err: _Refused):
@@ -85,7 +103,32 @@ def make_app(backend: HFBackend, name: str) -> FastAPI:
 
     @app.get("/v1/models")
     def models() -> dict:
-        return {"object": "list", "data": [card]}
+        with lock:
+            adapters = [
+                {"id": n, "object": "model", "created": 0, "owned_by": "cfbench", "max_model_len": max_len, "root": p, "parent": name}
+                for n, p in served.paths.items()
+            ]
+        return {"object": "list", "data": [card, *adapters]}
+
+    @app.post("/v1/load_lora_adapter")
+    async def load_adapter(raw: Request):
+        request = _parse(LoadAdapter, await raw.body())
+        if request.lora_name == name:
+            raise _Refused(400, f"{name!r} is the served model's own name; give the adapter another lora_name", "lora_name")
+
+        def load() -> None:
+            with lock:
+                served.load(request.lora_name, Path(request.lora_path))
+
+        await run_in_threadpool(load)
+        return f"Success: LoRA adapter '{request.lora_name}' added successfully."
+
+    @app.post("/v1/unload_lora_adapter")
+    async def unload_adapter(raw: Request):
+        request = _parse(UnloadAdapter, await raw.body())
+        with lock:
+            served.unload(request.lora_name)
+        return f"Success: LoRA adapter '{request.lora_name}' removed successfully."
 
     @app.post("/v1/completions")
     async def completions(raw: Request):
@@ -145,8 +188,9 @@ def make_app(backend: HFBackend, name: str) -> FastAPI:
         }
 
     def decode(request: _Sampling, prompts: list[list[int]], max_tokens: int, limit_param: str, prompt_param: str) -> list[Completion]:
-        if request.model != name:
-            raise _Refused(404, f"model {request.model!r} is not served here; this server serves {name!r}", "model")
+        if request.model != name and request.model not in served.paths:
+            names = ", ".join(repr(n) for n in [name, *served.paths])
+            raise _Refused(404, f"model {request.model!r} is not served here; this server serves {names}", "model")
         temperature = request.temperature or 0.0
         if not 0 <= temperature <= 2:
             raise _Refused(400, f"temperature must be between 0 and 2, got {temperature}", "temperature")
@@ -176,9 +220,65 @@ def make_app(backend: HFBackend, name: str) -> FastAPI:
             )
         stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
         with lock:
-            return backend.complete(prompts, max_tokens, stop, temperature, request.seed or 0)
+            engine, applied = served.engine(request.model) if request.model != name else (backend, served.without_adapters())
+            with applied:
+                return engine.complete(prompts, max_tokens, stop, temperature, request.seed or 0)
 
     return app
+
+
+class _Adapters:
+    """The LoRA adapters served over one model: a peft model wraps it once the first is loaded.
+
+    Each adapter decodes through its own engine, so K/V kept for a context's next turn
+    (backends/hf.py) is only ever reused under the weights that computed it."""
+
+    def __init__(self, backend: HFBackend) -> None:
+        self.backend = backend
+        self.peft = None
+        self.paths: dict[str, str] = {}
+        self.engines: dict[str, HFBackend] = {}
+
+    def load(self, lora_name: str, path: Path) -> None:
+        from peft import PeftModel
+
+        if lora_name in self.paths:
+            raise _Refused(
+                400, f"The lora adapter {lora_name!r} has already been loaded; unload it first or choose another lora_name", "lora_name"
+            )
+        if not (path / "adapter_config.json").is_file():
+            raise _Refused(400, f"lora_path {str(path)!r} holds no adapter_config.json; pass a peft LoRA adapter directory", "lora_path")
+        if self.backend.linear != "torch":
+            raise _Refused(
+                400, f"adapters need the model's own linear layers; start serve-model with --linear torch, not {self.backend.linear}"
+            )
+        try:
+            if self.peft is None:
+                self.peft = PeftModel.from_pretrained(self.backend.model, path, adapter_name=lora_name).eval()
+            else:
+                self.peft.load_adapter(path, adapter_name=lora_name)
+        except (ValueError, RuntimeError, OSError, KeyError) as err:
+            message = " ".join(str(err).split())[:300]
+            raise _Refused(
+                400, f"could not load the adapter in {str(path)!r} over this model: {type(err).__name__}: {message}", "lora_path"
+            ) from None
+        b = self.backend
+        self.engines[lora_name] = HFBackend(self.peft, b.tokens, ckpt=b.ckpt, dtype=b.dtype)
+        self.paths[lora_name] = str(path)
+
+    def unload(self, lora_name: str) -> None:
+        if lora_name not in self.paths:
+            raise _Refused(404, f"The lora adapter {lora_name!r} cannot be found", "lora_name")
+        self.peft.delete_adapter(lora_name)
+        del self.paths[lora_name], self.engines[lora_name]
+
+    def engine(self, lora_name: str):
+        """(the adapter's engine, a context that applies it alone)."""
+        self.peft.set_adapter(lora_name)
+        return self.engines[lora_name], contextlib.nullcontext()
+
+    def without_adapters(self):
+        return self.peft.disable_adapter() if self.peft is not None and self.paths else contextlib.nullcontext()
 
 
 def _parse(model: type[BaseModel], body: bytes):

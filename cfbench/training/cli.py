@@ -43,6 +43,13 @@ if TYPE_CHECKING:
 )
 @click.option("--allow-eval-corpus", is_flag=True, help="Self-evolution: accept the evaluation corpus as sources (a deliberate leak).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads (default: torch's).")
+@click.option(
+    "--rollout-server",
+    default=None,
+    metavar="URL",
+    help="Sample rollouts on this OpenAI-compatible server (vLLM with runtime LoRA loading, or cfbench serve-model), "
+    "each role's adapter synced every step; needs a lora section (training/core/served.py).",
+)
 @click.option("--plan", "plan_only", is_flag=True, help="Print the run's per-GPU memory (training/plan.py); refuse one that cannot fit.")
 @click.option("--gpus", type=click.IntRange(min=1), default=8, show_default=True, help="--plan: GPUs the run would use.")
 @click.option("--gpu-memory", type=click.FloatRange(min=1), default=80, show_default=True, help="--plan: memory of one GPU in GB.")
@@ -64,6 +71,7 @@ def train_cmd(
     corpus,
     allow_eval_corpus,
     threads,
+    rollout_server,
     export_adapter,
     plan_only,
     gpus,
@@ -73,6 +81,7 @@ def train_cmd(
     import torch
     from accelerate import PartialState
 
+    from cfbench.training.config.classes import RLConfig
     from cfbench.training.trainer import train
     from cfbench.training.treatments import load_config
 
@@ -89,6 +98,10 @@ def train_cmd(
             corpus=None if corpus is None else str(corpus.resolve()),
             allow_eval_corpus=allow_eval_corpus,
         )
+        if rollout_server is not None:
+            if not isinstance(config, RLConfig):
+                raise CfbenchError(f"--rollout-server applies to the GRPO treatments, not {treatment!r}")
+            config |= {"rollout_server": rollout_server}
         if plan_only:
             from cfbench.training.plan import plan
 

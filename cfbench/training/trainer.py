@@ -51,8 +51,9 @@ from cfbench.training.core.learner import (
 from cfbench.training.core.plots import plot_curves
 from cfbench.training.core.policy_update import UpdateStats, update
 from cfbench.training.core.rollouts import rollouts
+from cfbench.training.core.served import AdapterSync
 
-RESUMABLE = {"steps", "save_every", "note"}  # none changes a step's result; every other knob must match
+RESUMABLE = {"steps", "save_every", "note", "rollout_server"}  # none changes a step's result; every other knob must match
 
 
 def check_config(config: TrainingConfig, out: Path, resume: bool) -> None:
@@ -132,6 +133,7 @@ def _search_r1(config: SearchR1Config, out: Path, start: int, accelerator, on_st
         (out / "rollouts").mkdir(exist_ok=True)
     ckpt, tokenizer, roles, reference = start_roles(config, out, start, accelerator, {"main": config.steps})
     policy = roles["main"]
+    served = AdapterSync(config.rollout_server, out) if config.rollout_server else None
 
     questions = load_train_set(config.train_set, sources=config.sources)
     random.Random(config.seed).shuffle(questions)
@@ -142,7 +144,7 @@ def _search_r1(config: SearchR1Config, out: Path, start: int, accelerator, on_st
     for step in range(start, config.steps):
         began, began_cpu = time.time(), time.process_time()
         picked = [questions[(step * config.prompts_per_step + i) % len(questions)] for i in range(config.prompts_per_step)]
-        engine = sampler(accelerator, policy, tokens, ckpt, config, step + 1, f"policy-{rank}")
+        engine = sampler(accelerator, policy, tokens, ckpt, config, step + 1, f"policy-{rank}", served)
         group = [
             dataclasses.replace(q, id=f"{q.id}#{k}") for q in picked[rank::world] for k in range(m)
         ]  # each process its share of prompts

@@ -134,6 +134,8 @@ class RLConfig(TrainingConfig):
     lora: Lora | None = section(Lora, default=None, omit_default=True)  # train LoRA adapters over the frozen model (core/learner.py)
     sharding: str | None = knob(or_absent(one_of(SHARDINGS)), None, omit_default=True)  # fsdp: ZeRO-3 across processes (core/sharding.py)
     bf16: bool = knob(FLAG, False, omit_default=True)  # a sharded role computes in bfloat16 over float32 master weights
+    # URL of an OpenAI-compatible server (vLLM, cfbench serve-model) that samples the rollouts, each role's adapter synced (core/served.py)
+    rollout_server: str | None = knob(or_absent(TEXT), None, omit_default=True)
 
     def check(self) -> None:
         super().check()
@@ -143,6 +145,11 @@ class RLConfig(TrainingConfig):
             raise CfbenchError("knob bf16 sets the precision of sharded roles: set sharding to 'fsdp' or remove bf16")
         if self.sharding and self.lora:
             raise CfbenchError("knob sharding: LoRA roles train a few MB each and are not sharded; remove sharding or the lora section")
+        if self.rollout_server and not self.lora:
+            raise CfbenchError(
+                "knob rollout_server: only LoRA adapters are synced to a rollout server (vLLM's runtime LoRA loading); "
+                "add a lora section or remove rollout_server"
+            )
         if self.warmup_steps and self.warmup_ratio:
             raise CfbenchError(
                 f"knobs warmup_steps ({self.warmup_steps}) and warmup_ratio ({self.warmup_ratio}) are both set; set one to 0"

@@ -32,6 +32,7 @@ from cfbench.harness.checkpoints import TRAIN_RECORD, ResolvedCheckpoint, load_m
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import append_jsonl, dumps, write_atomic
 from cfbench.training.core.policy_update import reference_model
+from cfbench.training.core.served import AdapterSync
 from cfbench.training.core.sharding import full_state, load_optimizer, optimizer_file, refresh, save_optimizer, sharded
 
 if TYPE_CHECKING:
@@ -120,11 +121,15 @@ def start_roles(
     return ckpt, tokenizer, roles, reference
 
 
-def sampler(accelerator, role: Learner, tokens, ckpt, config: RLConfig, step: int, stream: str) -> HFBackend:
-    """An hf engine sampling from the role's current weights; its seed depends only on (seed, step, stream).
-    A sharded role samples from its full copy, refreshed from the shards here (every process at once)."""
+def sampler(accelerator, role: Learner, tokens, ckpt, config: RLConfig, step: int, stream: str, served: AdapterSync | None = None):
+    """An engine sampling from the role's current weights; its seed depends only on (seed, step, stream).
+    In process (hf), or with `served` (knob rollout_server) the rollout server with the role's adapter
+    loaded (core/served.py). A sharded role samples from its full copy, refreshed from the shards here
+    (every process at once)."""
     seed = int.from_bytes(hashlib.sha256(f"{config.seed}:{step}:{stream}".encode()).digest()[:8], "big")
     role.model.eval()
+    if served is not None:
+        return served.engine(accelerator, accelerator.unwrap_model(role.model), ckpt, config, step, stream, seed)
     if role.sampler is None:
         model = accelerator.unwrap_model(role.model)
     else:

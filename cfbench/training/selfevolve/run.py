@@ -58,6 +58,7 @@ from cfbench.training.core.learner import (
 from cfbench.training.core.plots import SELF_EVOLUTION_PANELS, plot_curves
 from cfbench.training.core.policy_update import update
 from cfbench.training.core.rollouts import rollouts
+from cfbench.training.core.served import AdapterSync
 from cfbench.training.selfevolve import crossfit, msv, proposer
 from cfbench.training.selfevolve.sources import Task, corpus_path, pool_folds, source_pool, tasks_for_step
 
@@ -103,14 +104,15 @@ def self_evolve(
     retriever = retriever_for(config.retriever, None if config.corpus == "bundled" else corpus_path(config))
     loop = _Loop(config, tokens, retriever, provenance, dict(zip(corpus.ids, corpus.contents)))
     device = torch.cuda.get_device_name(accelerator.device) if accelerator.device.type == "cuda" else accelerator.device.type
+    served = AdapterSync(config.rollout_server, out) if config.rollout_server else None
 
     last = out / f"checkpoint-{start}"
     for step in range(start + 1, config.steps + 1):
         began, began_cpu = time.time(), time.process_time()
-        engines = {name: sampler(accelerator, roles[name], tokens, ckpt, config, step, name) for name in solver_names}
-        engines["proposer"] = (proposer_engine or (lambda s: sampler(accelerator, roles["proposer"], tokens, ckpt, config, s, "proposer")))(
-            step
-        )
+        engines = {name: sampler(accelerator, roles[name], tokens, ckpt, config, step, name, served) for name in solver_names}
+        engines["proposer"] = (
+            proposer_engine or (lambda s: sampler(accelerator, roles["proposer"], tokens, ckpt, config, s, "proposer", served))
+        )(step)
         state = loop.rollouts(
             step, tasks_for_step(corpus, pool, step, config.prompts_per_step, config.seed, config.hop_weights), folds, engines
         )

@@ -1,0 +1,71 @@
+"""Rollouts sampled by an OpenAI-compatible server whose weights follow training (knob rollout_server).
+
+The server is vLLM (`vllm serve MODEL --enable-lora --max-lora-rank R` with
+VLLM_ALLOW_RUNTIME_LORA_UPDATING=True) or `cfbench serve-model --ckpt MODEL`, serving the run's starting
+model. Before a role samples a step's rollouts, its current LoRA adapter is saved to
+RUN/rollout-adapters/ROLE-step-N and loaded through vLLM's runtime LoRA routes (POST
+/v1/load_lora_adapter, then /v1/unload_lora_adapter for the role's previous one); the step's requests
+name that adapter as their model, through the same OpenAI-compatible engine evaluation uses
+(harness/backends/openai.py), which asks for the sampled token ids and their log-probs. Only adapters
+are synced: a full-weight role would need vLLM's NCCL or IPC weight transfer, which cannot run here.
+
+The server reads the adapter from the path it is given, so it must see the run directory (the
+same machine, or a shared filesystem). Against serve-model the rollouts are exactly the in-process
+ones (tests/test_rollout_server.py): it applies the adapter unmerged, as the trainer's own sampler does.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import httpx
+
+from cfbench.harness.backends.openai import OpenAIBackend
+from cfbench.harness.errors import CfbenchError
+
+REQUEST_SIZE = 256  # prompts per request: a generate call's whole batch in one request, as the in-process engine decodes it
+
+
+class AdapterSync:
+    """One run's adapters on the rollout server: the latest of each role loaded, the older ones unloaded and deleted."""
+
+    def __init__(self, url: str, out: Path) -> None:
+        self.root = url.rstrip("/").removesuffix("/v1")
+        self.folder = out / "rollout-adapters"
+        self.loaded: dict[str, tuple[str, Path]] = {}  # role stream -> (adapter name, its folder)
+
+    def engine(self, accelerator, model, ckpt, config, step: int, stream: str, seed: int) -> OpenAIBackend:
+        """The role's adapter (a peft model) as it is now, loaded as STREAM-step-N; an engine that samples from it."""
+        name = f"{stream}-step-{step}"
+        if accelerator.is_main_process:
+            folder = self.folder / name
+            shutil.rmtree(folder, ignore_errors=True)
+            # An adapter's embeddings are never trained here; peft's "auto" would look its base up on the hub to check.
+            model.save_pretrained(folder, safe_serialization=True, save_embedding_layers=False)
+            self._post("unload_lora_adapter", {"lora_name": name}, missing_ok=True)  # left loaded by an interrupted attempt
+            self._post("load_lora_adapter", {"lora_name": name, "lora_path": str(folder.resolve())})
+            previous = self.loaded.get(stream)
+            if previous is not None:
+                self._post("unload_lora_adapter", {"lora_name": previous[0]}, missing_ok=True)
+                shutil.rmtree(previous[1], ignore_errors=True)
+            self.loaded[stream] = (name, folder)
+        accelerator.wait_for_everyone()
+        return OpenAIBackend(
+            self.root, name, tokenizer=str(ckpt.location), request_size=REQUEST_SIZE, temperature=config.temperature, seed=seed
+        )
+
+    def _post(self, route: str, body: dict, missing_ok: bool = False) -> None:
+        url = f"{self.root}/v1/{route}"
+        try:
+            answer = httpx.post(url, json=body, timeout=600.0)
+        except httpx.HTTPError as err:
+            raise CfbenchError(f"rollout server {url}: {type(err).__name__}: {err}; is it running (knob rollout_server)?") from None
+        if answer.status_code == 404 and missing_ok:
+            return
+        if answer.status_code >= 400:
+            text = " ".join(answer.text.split())[:300]
+            raise CfbenchError(
+                f"rollout server {url} answered {answer.status_code} to {body['lora_name']!r}: {text}; it must load LoRA adapters at "
+                "runtime (vLLM: --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; or cfbench serve-model) and see the run directory"
+            )
