@@ -2,6 +2,8 @@
 # The 135M study's remaining work, in order, each piece resumed where it stopped and skipped when done
 # (STUDY.md). Run from the repository root with the project's venv activated, in the background:
 #   . .venv/bin/activate && nohup nice -n 10 leaderboards/fixed1325/study/run.sh >> runs/study.log 2>&1 &
+# Arguments pick pieces and their order instead of the whole list, e.g. `run.sh train:crossfit eval:msv`
+# (a sitting with about 2 hours left trains first: an evaluation can stop anywhere, a training cannot).
 # First the fixed1325 evaluations of the finished trainings (unfinished ones live in
 # leaderboards/fixed1325/pending/, a few MB of text, so a sitting can stop anywhere), then the
 # trainings not yet finished. A training stopped midway must be committed with its latest checkpoint's
@@ -39,5 +41,14 @@ train() {
   cfbench train --treatment "$t" --scale cpu --out "$out" --threads 2 $([ -f "$out/config.json" ] && echo --resume)
 }
 
-for t in dr-zero msv search-r1 crossfit msv-crossfit; do evaluate "$t"; done
-for t in msv crossfit msv-crossfit search-r1; do train "$t"; evaluate "$t"; done
+if [ $# -eq 0 ]; then
+  set -- eval:dr-zero eval:msv eval:search-r1 eval:crossfit eval:msv-crossfit \
+    train:msv eval:msv train:crossfit eval:crossfit train:msv-crossfit eval:msv-crossfit train:search-r1 eval:search-r1
+fi
+for piece in "$@"; do
+  case $piece in
+    eval:*) evaluate "${piece#eval:}" ;;
+    train:*) train "${piece#train:}" ;;
+    *) echo "run.sh: '$piece' is neither eval:TREATMENT nor train:TREATMENT" >&2; exit 2 ;;
+  esac
+done
