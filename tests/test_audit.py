@@ -212,12 +212,15 @@ def test_report_tables_plot_and_cost_ratios(tmp_path):
     assert rows[0].startswith("treatment,step,round,phase") and len(rows) == 1 + 6
 
 
-def test_a_run_recorded_without_cpu_time_has_no_cpu_hours(tmp_path):
+def test_a_run_without_cpu_time_has_no_cpu_hours_and_a_multi_process_one_counts_every_device(tmp_path):
     from cfbench.training.audit.report import run_cost
 
     run = make_run(tmp_path / "dr", cpu=None)
     record = audit_run(run, GoldJudge(run / "corpus.jsonl"), run / "judged")
     assert run_cost(run, record)["cpu_hours"] is None and run_cost(run, record)["wall_s"] == 108.0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r | {"processes": 8}) + "\n" for r in rows))  # a run on 8 GPUs
+    assert run_cost(run, record)["wall_s"] == 108.0 and run_cost(run, record)["accelerator_hours"] == 8 * 108.0 / 3600
 
 
 def test_cli_audits_several_runs_into_one_report(tmp_path):

@@ -203,6 +203,4 @@ def as_configured(config: RLConfig, table: dict, usable: float) -> str:
     verdict = f"as configured ({' '.join(layout)}): {peak / GB:.1f} GB per GPU, " + ("fits" if peak <= usable else "does not fit")
     if peak <= usable:
         return verdict
-    if isinstance(config, SelfEvolutionConfig):
-        return verdict + "; the self-evolution loop runs its roles in one process and cannot shard them yet"
     return verdict + "; set knobs sharding 'fsdp' and bf16 true, gradient_checkpointing true and logprob_chunk"

@@ -99,8 +99,8 @@ def train(
 ) -> Path:
     """Run (or finish) a treatment into `out`; returns the last checkpoint directory.
 
-    `proposer_engine` (step -> engine) replaces a self-evolution run's proposer sampler: tests use it
-    to script proposals a model as small as SmolLM2-135M never writes.
+    `proposer_engine` (step -> engine, or None) replaces a self-evolution run's proposer sampler at the steps it
+    answers for: tests use it to script proposals a model as small as SmolLM2-135M never writes.
     """
     accelerator = accelerator_for_training()
     start = check_out(config, out, resume)  # every process checks before any writes

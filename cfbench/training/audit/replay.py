@@ -177,7 +177,7 @@ def feedback(
     from cfbench.harness.retrievers.choose import retriever_for
     from cfbench.training.core.learner import accelerator_for_training, checkpoints, learner, sampler
     from cfbench.training.core.policy_update import reference_model, update
-    from cfbench.training.selfevolve.run import corpus_path, solver_answers, solver_episodes
+    from cfbench.training.selfevolve.run import corpus_path, solver_answers, solver_episodes, spread
 
     control, budget = VARIANTS[variant]
     tasks = [Task(b["task_id"], b["source_id"], b["source"], b["hops"]) for b in bank]
@@ -207,7 +207,8 @@ def feedback(
 
     def answers(name: str, mine: list[Task], step: int, stream: str):
         engine = sampler(accelerator, roles[name], tokens, ckpt, config, step, stream)
-        return solver_answers([(t.id, questions[t.id], labels[t.id]) for t in mine], engine, retriever, knobs, m, name, config.rollout_rows)
+        asked = [(t.id, questions[t.id], labels[t.id]) for t in mine]
+        return solver_answers(asked, engine, retriever, knobs, m, name, spread(accelerator, config.rollout_rows))
 
     updates = dict.fromkeys(names, 0)
     for step, (epoch, index, batch) in enumerate(((e, i, b) for e in range(epochs) for i, b in enumerate(batches)), start=1):

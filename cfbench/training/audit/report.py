@@ -175,6 +175,7 @@ def run_cost(run: Path, record: dict) -> dict:
     total = {k: sum(r[k] for r in rows) for k in ("tasks", "candidates", "admitted", "generations", "msv_generations")}
     tokens = None if any("generated_tokens" not in r for r in rows) else sum(r["generated_tokens"] for r in rows)
     wall = sum(r["rollout_s"] + r["update_s"] for r in rows)
+    device_s = sum((r["rollout_s"] + r["update_s"]) * r.get("processes", 1) for r in rows)  # a multi-process step held every device
     cpu = None if any("cpu_s" not in r for r in rows) else sum(r["cpu_s"] for r in rows)
     devices = sorted({r.get("device", "unknown") for r in rows})
     return {
@@ -187,9 +188,9 @@ def run_cost(run: Path, record: dict) -> dict:
         "generated_tokens": tokens,
         "wall_s": round(wall, 3),
         "device": ", ".join(devices),
-        "accelerator_hours": wall / 3600,
+        "accelerator_hours": device_s / 3600,
         "cpu_hours": None if cpu is None else cpu / 3600,
-    }  # one process: self-evolution refuses multi-process runs
+    }
 
 
 _RATIOS = (

@@ -216,11 +216,6 @@ class SelfEvolutionConfig(RLConfig):
 
     def check(self) -> None:
         super().check()
-        if self.sharding:
-            raise CfbenchError(
-                "knob sharding: the self-evolution loop runs its roles in one process (selfevolve/run.py), so there is nothing "
-                "to shard across yet; remove sharding"
-            )
         if self.steps is not None and self.steps > self.scheduled_steps:
             raise KnobError("steps", f"at most rounds x (proposer_steps + solver_steps) = {self.scheduled_steps}", self.steps)
         if self.crossfit is False and (self.control != "none" or self.aux_budget != "full"):

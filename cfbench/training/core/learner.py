@@ -60,10 +60,11 @@ class Learner:
     sampler: object | None = None  # a sharded role's full-weight copy that its rollouts decode from (core/sharding.py)
 
 
-def learner(config: RLConfig, base: str | Path, accelerator, updates: int, saved: Path | None = None) -> Learner:
+def learner(config: RLConfig, base: str | Path, accelerator, updates: int, saved: Path | None = None, sampler=None) -> Learner:
     """A role starting from the HF model at `base` (a directory or hub id), or continuing `saved` (a role a
     checkpoint holds: an HF model, or with config.lora the LoRA adapter trained over `base`); it takes
-    `updates` schedule steps in the whole run (its warmup may be a share of them: RLConfig.warmup)."""
+    `updates` schedule steps in the whole run (its warmup may be a share of them: RLConfig.warmup).
+    A sharded role samples from `sampler`, another role's full copy, when one is given (core/sharding.py)."""
     from transformers import AutoModelForCausalLM, get_constant_schedule_with_warmup
 
     model = load_model(AutoModelForCausalLM, saved if saved and not config.lora else base, torch.float32)
@@ -72,7 +73,7 @@ def learner(config: RLConfig, base: str | Path, accelerator, updates: int, saved
     if config.gradient_checkpointing:  # only in train mode: the role's sampler (eval mode) decodes with its K/V cache as usual
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if config.sharding:
-        model, full = sharded(model, config, accelerator)
+        model, full = sharded(model, config, accelerator, sampler)
     trained = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trained, lr=config.learning_rate, weight_decay=config.weight_decay)
     scheduler = get_constant_schedule_with_warmup(optimizer, config.warmup(updates))
@@ -111,7 +112,10 @@ def start_roles(
     torch.manual_seed(config.seed)  # a fresh LoRA adapter's initial weights come from it
     ckpt = resolve(config.model)
     tokenizer = AutoTokenizer.from_pretrained(ckpt.location)
-    roles = {name: learner(config, ckpt.location, accelerator, n, resume_from(out, start, name)) for name, n in updates.items()}
+    roles: dict[str, Learner] = {}
+    for name, n in updates.items():  # sharded roles share one sampler copy (core/sharding.py)
+        shared = next(iter(roles.values())).sampler if roles else None
+        roles[name] = learner(config, ckpt.location, accelerator, n, resume_from(out, start, name), shared)
     reference = reference_model(config, ckpt.location, accelerator)
     check_space(accelerator, roles, out)
     if start:
@@ -121,11 +125,14 @@ def start_roles(
     return ckpt, tokenizer, roles, reference
 
 
-def sampler(accelerator, role: Learner, tokens, ckpt, config: RLConfig, step: int, stream: str, served: AdapterSync | None = None):
+def sampler(
+    accelerator, role: Learner, tokens, ckpt, config: RLConfig, step: int, stream: str, served: AdapterSync | None = None, refreshed=True
+):
     """An engine sampling from the role's current weights; its seed depends only on (seed, step, stream).
     In process (hf), or with `served` (knob rollout_server) the rollout server with the role's adapter
     loaded (core/served.py). A sharded role samples from its full copy, refreshed from the shards here
-    (every process at once)."""
+    (every process at once) unless `refreshed` is false: a copy shared by several roles is refreshed
+    before each use instead (ready_to_sample)."""
     seed = int.from_bytes(hashlib.sha256(f"{config.seed}:{step}:{stream}".encode()).digest()[:8], "big")
     role.model.eval()
     if served is not None:
@@ -134,9 +141,16 @@ def sampler(accelerator, role: Learner, tokens, ckpt, config: RLConfig, step: in
         model = accelerator.unwrap_model(role.model)
     else:
         model = role.sampler
-        refresh(role.model, model)
+        if refreshed:
+            refresh(role.model, model)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     return HFBackend(model, tokens, ckpt=ckpt, dtype=dtype, temperature=config.temperature, seed=seed)
+
+
+def ready_to_sample(role: Learner) -> None:
+    """Put a sharded role's current weights into the sampler copy it shares (every process at once); nothing for others."""
+    if role.sampler is not None:
+        refresh(role.model, role.sampler)
 
 
 def saved_weights(accelerator, role: Learner) -> tuple[object, dict | None]:

@@ -9,8 +9,10 @@ reduced in float32, as DeepSpeed's bf16 ZeRO-3 does.
 Rollouts cannot come from the sharded model: every forward of a sharded unit is a collective,
 and each process decodes its own prompts for its own number of steps. So a sharded role keeps a
 full copy, the sampler (in bfloat16 with `bf16`), that the hf engine decodes from; `refresh`
-copies the shards into it (every process at once) before each step's rollouts. That copy is what
-`--plan` counts as "rollout sampler weights" and what a vLLM engine would hold. A checkpoint is
+copies the shards into it (every process at once) before each step's rollouts. The roles of a
+self-evolution run share one such copy, refreshed from the role about to sample before each of its
+rollouts (selfevolve/run.py). That copy is what `--plan` counts as "rollout sampler weights" and
+what a vLLM engine would hold. A checkpoint is
 written from the float32 master weights gathered on the main process (`full_state`), never from
 the sampler.
 
@@ -51,13 +53,16 @@ def check_processes(accelerator) -> None:
         )
 
 
-def sharded(model, config, accelerator):
-    """(the sharded trained model, its full-weight sampler copy) of a role built as `model` (a plain HF model)."""
+def sharded(model, config, accelerator, sampler=None):
+    """(the sharded trained model, its full-weight sampler copy) of a role built as `model` (a plain HF model).
+    `sampler`: another role's copy to share (roles of one model need one copy: it holds a role's weights
+    while that role samples, refreshed before each use)."""
     check_processes(accelerator)
     model.to(accelerator.device)
-    sampler = copy.deepcopy(model).eval().requires_grad_(False)
-    if config.bf16:
-        sampler.to(torch.bfloat16)
+    if sampler is None:
+        sampler = copy.deepcopy(model).eval().requires_grad_(False)
+        if config.bf16:
+            sampler.to(torch.bfloat16)
     shard(model, config.bf16)
     return model, sampler
 

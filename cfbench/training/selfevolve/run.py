@@ -35,13 +35,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from accelerate.utils import gather_object
 
 from cfbench.harness.agent import Trajectory
 from cfbench.harness.backends import Backend
 from cfbench.harness.backends.tokens import PromptTokens
 from cfbench.harness.checkpoints import TRAIN_RECORD
 from cfbench.harness.corpus import load_corpus
-from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import write_jsonl
 from cfbench.harness.protocol import Knobs, user_prompt
 from cfbench.harness.suite import Question
@@ -51,6 +51,7 @@ from cfbench.training.core.answers import MATCHER, matches
 from cfbench.training.core.episodes import rollout_episode
 from cfbench.training.core.learner import (
     append_row,
+    ready_to_sample,
     sampler,
     save,
     start_roles,
@@ -62,7 +63,7 @@ from cfbench.training.core.served import AdapterSync
 from cfbench.training.selfevolve import crossfit, msv, proposer
 from cfbench.training.selfevolve.sources import Task, corpus_path, pool_folds, source_pool, tasks_for_step
 
-ProposerEngine = Callable[[int], Backend]  # step -> engine; only tests replace the proposer's own sampler
+ProposerEngine = Callable[[int], Backend | None]  # step -> engine, or None for the proposer's own sampler; only tests script it
 
 
 def schedule(config: SelfEvolutionConfig, step: int) -> tuple[int, str, int]:
@@ -80,15 +81,17 @@ def self_evolve(
     on_step: Callable[[dict], None],
     proposer_engine: ProposerEngine | None = None,
 ) -> Path:
-    if accelerator.num_processes > 1:
-        raise CfbenchError("the self-evolution treatments run in one process: launch them without accelerate's multi-process mode")
-
     from cfbench.harness.retrievers.choose import retriever_for
 
+    main = accelerator.is_main_process
     corpus = load_corpus(corpus_path(config))
     pool = source_pool(corpus, config.source_pool, config.seed)
-    folds = pool_folds(corpus, pool, out, resume, (config.proposer_steps + config.solver_steps) * config.prompts_per_step)
-    (out / "audit").mkdir(exist_ok=True)
+    tasks_per_round = (config.proposer_steps + config.solver_steps) * config.prompts_per_step
+    if main:  # decided (or checked) once; the other processes read what the main one wrote
+        pool_folds(corpus, pool, out, resume, tasks_per_round)
+        (out / "audit").mkdir(exist_ok=True)
+    accelerator.wait_for_everyone()
+    folds = pool_folds(corpus, pool, out, True, tasks_per_round)
     solver_names = crossfit.solvers(config.crossfit, config.control)
     names = ["main", "proposer", *solver_names[1:]]
     # every role starts from the same weights, so one KL reference serves them all
@@ -98,21 +101,26 @@ def self_evolve(
     if start:
         saved = json.loads((out / f"checkpoint-{start}" / TRAIN_RECORD).read_text())["provenance"]
         provenance = crossfit.Provenance([*solver_names, "proposer"], saved)
-    for stale in (out / "audit").glob("step-*.jsonl"):
+    for stale in (out / "audit").glob("step-*.jsonl") if main else ():
         if int(stale.stem.split("-")[1]) > start:
             stale.unlink()
     retriever = retriever_for(config.retriever, None if config.corpus == "bundled" else corpus_path(config))
-    loop = _Loop(config, tokens, retriever, provenance, dict(zip(corpus.ids, corpus.contents)))
+    texts = dict(zip(corpus.ids, corpus.contents))
+
+    def ready(name: str) -> None:
+        ready_to_sample(roles[name])
+
+    loop = _Loop(config, tokens, retriever, provenance, texts, spread(accelerator, config.rollout_rows), ready)
     device = torch.cuda.get_device_name(accelerator.device) if accelerator.device.type == "cuda" else accelerator.device.type
     served = AdapterSync(config.rollout_server, out) if config.rollout_server else None
 
     last = out / f"checkpoint-{start}"
     for step in range(start + 1, config.steps + 1):
         began, began_cpu = time.time(), time.process_time()
-        engines = {name: sampler(accelerator, roles[name], tokens, ckpt, config, step, name, served) for name in solver_names}
-        engines["proposer"] = (
-            proposer_engine or (lambda s: sampler(accelerator, roles["proposer"], tokens, ckpt, config, s, "proposer", served))
-        )(step)
+        # a sharded role's sampler copy is shared by every role and refreshed before each of its rollouts (ready_to_sample)
+        engines = {name: sampler(accelerator, roles[name], tokens, ckpt, config, step, name, served, False) for name in solver_names}
+        scripted = proposer_engine(step) if proposer_engine else None
+        engines["proposer"] = scripted or sampler(accelerator, roles["proposer"], tokens, ckpt, config, step, "proposer", served, False)
         state = loop.rollouts(
             step, tasks_for_step(corpus, pool, step, config.prompts_per_step, config.seed, config.hop_weights), folds, engines
         )
@@ -123,10 +131,13 @@ def self_evolve(
             lambda name, episodes: update(roles[name], accelerator, episodes, config, tokenizer.pad_token_id or 0, reference).loss,
         )
         updated = time.time()
-        write_jsonl(out / "audit" / f"step-{step}.jsonl", state.audit_rows())
         row = state.metrics(losses, rolled - began, updated - rolled, device)
-        row["cpu_s"] = round(time.process_time() - began_cpu, 3)  # CPU time of every thread; a paused run adds none
-        append_row(out / "metrics.jsonl", row)
+        row["cpu_s"] = _cpu_seconds(accelerator, time.process_time() - began_cpu)  # every thread's; a paused run adds none
+        if accelerator.num_processes > 1:
+            row["processes"] = accelerator.num_processes  # each on its own device: the cost table's accelerator-hours
+        if main:
+            write_jsonl(out / "audit" / f"step-{step}.jsonl", state.audit_rows())
+            append_row(out / "metrics.jsonl", row)
         if step % config.save_every == 0 or step == config.steps:
             last = save(
                 accelerator,
@@ -136,17 +147,45 @@ def self_evolve(
                 step,
                 {"config": to_json(config), "provenance": provenance.to_json(), "corpus_sha256": corpus.sha256, "matcher": MATCHER},
             )
-            plot_curves(out / "metrics.jsonl", out / "curves.png", SELF_EVOLUTION_PANELS)
-        on_step(row)
+            if main:
+                plot_curves(out / "metrics.jsonl", out / "curves.png", SELF_EVOLUTION_PANELS)
+        if main:
+            on_step(row)
     return last
 
 
+def spread(accelerator, rows: int | None) -> Callable[..., list[Trajectory]]:
+    """core.rollouts.rollouts, each process sampling its share (every world-th trajectory) and every process
+    getting the whole list back in order. Every process then holds the same step, so each role's update
+    runs on the whole batch in every process: its gradient reduced across them is the single process's,
+    whether the role is replicated or sharded (core/sharding.py)."""
+
+    def run(asked: list[Question], engine: Backend, retriever, knobs: Knobs, user_prompts: list[str] | None = None) -> list[Trajectory]:
+        world, rank = accelerator.num_processes, accelerator.process_index
+        if world == 1:
+            return rollouts(asked, engine, retriever, knobs, rows, user_prompts=user_prompts)
+        mine = range(rank, len(asked), world)
+        prompts = [user_prompts[i] for i in mine] if user_prompts else None
+        sampled = rollouts([asked[i] for i in mine], engine, retriever, knobs, rows, prompts)
+        return [t for _, t in sorted(gather_object(list(zip(mine, sampled))), key=lambda pair: pair[0])]
+
+    return run
+
+
+def _cpu_seconds(accelerator, seconds: float) -> float:
+    """CPU seconds of every process's threads."""
+    if accelerator.num_processes == 1:
+        return round(seconds, 3)
+    total = accelerator.reduce(torch.tensor([seconds], dtype=torch.float64, device=accelerator.device), "sum")
+    return round(float(total[0]), 3)
+
+
 def solver_answers(
-    items: list[tuple[str, str, str]], engine: Backend, retriever, knobs: Knobs, m: int, name: str, rows: int | None
+    items: list[tuple[str, str, str]], engine: Backend, retriever, knobs: Knobs, m: int, name: str, sample: Callable[..., list[Trajectory]]
 ) -> list[list[Trajectory]]:
-    """`m` sampled protocol-v1 answers of each (task id, question, adopted label) by solver `name`, `rows` at a time."""
+    """`m` sampled protocol-v1 answers of each (task id, question, adopted label) by solver `name`, through `sample` (spread())."""
     asked = [Question(f"{tid}#{name}#{j}", "self-evolution", question, (label,)) for tid, question, label in items for j in range(m)]
-    trajs = rollouts(asked, engine, retriever, knobs, rows)
+    trajs = sample(asked, engine, retriever, knobs)
     return [trajs[i * m : (i + 1) * m] for i in range(len(items))]
 
 
@@ -258,9 +297,17 @@ class _Step:
 
 class _Loop:
     def __init__(
-        self, config: SelfEvolutionConfig, tokens: PromptTokens, retriever, provenance: crossfit.Provenance, texts: dict[str, str]
+        self,
+        config: SelfEvolutionConfig,
+        tokens: PromptTokens,
+        retriever,
+        provenance: crossfit.Provenance,
+        texts: dict[str, str],
+        spread: Callable[..., list[Trajectory]],
+        ready: Callable[[str], None],
     ) -> None:
         self.config, self.tokens, self.retriever, self.provenance = config, tokens, retriever, provenance
+        self.spread, self.ready = spread, ready  # the step's rollouts shared among the processes; a role's weights put in its sampler
         self.texts = texts  # passage id -> contents: the judge reads the proposer's evidence in full, not as truncated in its context
         self.knobs = config.knobs
         self.m = config.samples_per_prompt
@@ -271,14 +318,8 @@ class _Loop:
         for hops in sorted({t.hops for t in tasks}):  # the proposer's search budget is its task's n-1
             group = [t for t in tasks if t.hops == hops]
             budget = dataclasses.replace(c.knobs, max_searches=hops - 1)
-            trajs = rollouts(
-                [Question(t.id, "proposer", "", ()) for t in group],
-                engines["proposer"],
-                self.retriever,
-                budget,
-                c.rollout_rows,
-                user_prompts=[proposer.prompt(t) for t in group],
-            )
+            asked = [Question(t.id, "proposer", "", ()) for t in group]
+            trajs = self.sample("proposer", asked, engines["proposer"], budget, [proposer.prompt(t) for t in group])
             s.drafts.update((t.id, tr) for t, tr in zip(group, trajs, strict=True))
         s.response_tokens = [self._spent(s, [s.drafts[t.id]]) for t in tasks]
         for t in tasks:
@@ -317,7 +358,7 @@ class _Loop:
             for p in [msv.source_aware_prompt(q, t.contents)] * msv.SAMPLES + [user_prompt(q)] * msv.SAMPLES
         ]
         asked = [Question(f"{t.id}#msv{j}", "msv", q, ()) for t, q in zip(candidates, questions) for j in range(2 * msv.SAMPLES)]
-        trajs = rollouts(asked, engine, self.retriever, self.knobs, self.config.rollout_rows, user_prompts=users)
+        trajs = self.sample("main", asked, engine, self.knobs, users)
         self._spent(s, trajs)
         answers = [tr.prediction for tr in trajs]
         for i, t in enumerate(candidates):
@@ -334,10 +375,15 @@ class _Loop:
             self.knobs,
             self.m,
             name,
-            self.config.rollout_rows,
+            lambda asked, engine, retriever, knobs: self.sample(name, asked, engine, knobs),
         )
         self._spent(s, [tr for trs in answers for tr in trs])
         return {t.id: trs for t, trs in zip(tasks, answers)}
+
+    def sample(self, name: str, asked: list[Question], engine: Backend, knobs: Knobs, user_prompts: list[str] | None = None):
+        """Role `name`'s rollouts of `asked`, shared among the processes (every process calls this at the same point)."""
+        self.ready(name)
+        return self.spread(asked, engine, self.retriever, knobs, user_prompts=user_prompts)
 
     def _spent(self, s: _Step, trajs: list[Trajectory]) -> int:
         """Count the trajectories and their generated tokens in the step's cost; returns the tokens."""
