@@ -2,6 +2,7 @@
 training/core/served.py): `cfbench serve-model` on loopback, loaded and unloaded through vLLM's runtime
 LoRA routes, gives exactly the in-process run."""
 
+import hashlib
 import json
 
 import pytest
@@ -49,13 +50,33 @@ def test_a_lora_run_sampled_by_serve_model_equals_the_in_process_run(tmp_path, s
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
     # step 2 sampled with step 1's adapter, which the update had moved; only the latest stays loaded
-    synced = load_file(served / "rollout-adapters" / "policy-0-step-2" / "adapter_model.safetensors")
+    run = hashlib.sha256(str(served.resolve()).encode()).hexdigest()[:8]  # keeps runs that share a server apart
+    synced = load_file(served / "rollout-adapters" / f"{run}-policy-step-2" / "adapter_model.safetensors")
     after_step_1 = load_file(served / "checkpoint-1" / "adapter_model.safetensors")
     assert synced.keys() == after_step_1.keys() and all(torch.equal(synced[k], after_step_1[k]) for k in synced)
     assert any(v.abs().max() > 0 for k, v in synced.items() if "lora_B" in k)  # B starts at zero: the update moved it
-    assert [p.name for p in (served / "rollout-adapters").iterdir()] == ["policy-0-step-2"]
-    listed = [m["id"] for m in requests.get(served_warm_start + "/v1/models", timeout=10).json()["data"]]
-    assert listed == ["warm-start", "policy-0-step-2"]
+    assert [p.name for p in (served / "rollout-adapters").iterdir()] == [f"{run}-policy-step-2"]
+    assert listed(served_warm_start) == ["warm-start", f"{run}-policy-step-2"]
+
+    # a later attempt of the run (here: resumed to a third step) first unloads what the earlier one left loaded
+    train(lora_config() | {"rollout_server": served_warm_start + "/v1", "steps": 3}, served, resume=True)
+    assert listed(served_warm_start) == ["warm-start", f"{run}-policy-step-3"]
+    assert [p.name for p in (served / "rollout-adapters").iterdir()] == [f"{run}-policy-step-3"]
+
+
+def listed(url: str) -> list[str]:
+    return [m["id"] for m in requests.get(url + "/v1/models", timeout=10).json()["data"]]
+
+
+def test_two_processes_sample_their_shares_from_the_one_synced_adapter(tmp_path, tiny_llama):
+    from test_training_processes import launch
+
+    knobs = {"prompts_per_step": 2, "lora": LORA}
+    launch("processes_train.py", 2, str(tiny_llama), str(tmp_path / "local"), json.dumps(knobs))
+    with cli_server(["serve-model", "--ckpt", str(tiny_llama), "--name", "tiny"]) as url:
+        launch("processes_train.py", 2, str(tiny_llama), str(tmp_path / "served"), json.dumps(knobs | {"rollout_server": url}))
+    for step in (1, 2):
+        assert rows(tmp_path / "served", f"rollouts/step-{step}.jsonl") == rows(tmp_path / "local", f"rollouts/step-{step}.jsonl")
 
 
 def test_serve_model_loads_and_unloads_adapters_and_keeps_serving_the_model_without_them(tmp_path, served_warm_start):
@@ -97,10 +118,24 @@ def test_serve_model_loads_and_unloads_adapters_and_keeps_serving_the_model_with
     assert gone.status_code == 404 and "'warm-start'" in gone.json()["error"]["message"]
     assert answer("warm-start") == plain
 
+    # another adapter after the last one went: the model's own name still serves the model alone
+    assert route("load_lora_adapter", {"lora_name": "again", "lora_path": str(tmp_path / "adapter")}).status_code == 200
+    assert answer("warm-start") == plain and answer("again") != plain
+    assert route("unload_lora_adapter", {"lora_name": "again"}).status_code == 200
+
+    # an adapter made for another shape is refused before it touches the served model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    small = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, vocab_size=512)
+    get_peft_model(LlamaForCausalLM(small), LoraConfig(r=4, target_modules=["q_proj"])).save_pretrained(tmp_path / "other")
+    wrong = route("load_lora_adapter", {"lora_name": "wrong", "lora_path": str(tmp_path / "other")})
+    assert wrong.status_code == 400 and "does not fit this model" in wrong.json()["error"]["message"]
+    assert answer("warm-start") == plain and "wrong" not in listed(served_warm_start)
+
 
 def test_a_rollout_server_needs_lora_and_a_server_that_answers(tmp_path):
     with pytest.raises(CfbenchError, match="knob rollout_server: only LoRA adapters are synced"):
         load_config("search-r1", "cpu-smoke", 1, 1) | {"rollout_server": "http://127.0.0.1:1/v1"}
     down = f"http://127.0.0.1:{free_port()}/v1"
-    with pytest.raises(CfbenchError, match=r"rollout server .*/v1/unload_lora_adapter: ConnectError.*is it running"):
+    with pytest.raises(CfbenchError, match=r"rollout server .*/v1/models: ConnectError.*is it running"):
         train(lora_config() | {"rollout_server": down}, tmp_path / "run")

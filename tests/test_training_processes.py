@@ -9,6 +9,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -95,6 +96,8 @@ def test_self_evolution_shares_rollouts_among_processes_and_sharded_roles_train_
     assert [r["step"] for r in replicated] == [1] * 4 + [2] * 4 + [3] * 4 and any(r["admitted"] for r in replicated)
     assert all(len(r["solver_responses"]) == 5 for r in replicated if r["admitted"])
     assert sharded == replicated  # the same proposals, admissions, scorers, responses and k
+    for r in replicated[:4]:  # step 1's scripted proposals, gathered back onto their own tasks: each quotes its own source
+        assert re.search(r"Which article says '(.*)'\?", r["proposer_turns"][-1]["generated"]).group(1) in r["source"]
     timing = {"rollout_s", "update_s", "cpu_s"}
     rows = {
         n: [{k: v for k, v in json.loads(x).items() if k not in timing} for x in (r / "metrics.jsonl").read_text().splitlines()]

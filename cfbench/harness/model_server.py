@@ -28,6 +28,7 @@ import threading
 import time
 from pathlib import Path
 
+import torch
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -126,8 +127,12 @@ def make_app(backend: HFBackend, name: str) -> FastAPI:
     @app.post("/v1/unload_lora_adapter")
     async def unload_adapter(raw: Request):
         request = _parse(UnloadAdapter, await raw.body())
-        with lock:
-            served.unload(request.lora_name)
+
+        def unload() -> None:
+            with lock:
+                served.unload(request.lora_name)
+
+        await run_in_threadpool(unload)
         return f"Success: LoRA adapter '{request.lora_name}' removed successfully."
 
     @app.post("/v1/completions")
@@ -188,9 +193,6 @@ def make_app(backend: HFBackend, name: str) -> FastAPI:
         }
 
     def decode(request: _Sampling, prompts: list[list[int]], max_tokens: int, limit_param: str, prompt_param: str) -> list[Completion]:
-        if request.model != name and request.model not in served.paths:
-            names = ", ".join(repr(n) for n in [name, *served.paths])
-            raise _Refused(404, f"model {request.model!r} is not served here; this server serves {names}", "model")
         temperature = request.temperature or 0.0
         if not 0 <= temperature <= 2:
             raise _Refused(400, f"temperature must be between 0 and 2, got {temperature}", "temperature")
@@ -219,7 +221,10 @@ def make_app(backend: HFBackend, name: str) -> FastAPI:
                 "context_length_exceeded",
             )
         stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
-        with lock:
+        with lock:  # adapters are loaded and unloaded under it too
+            if request.model != name and request.model not in served.paths:
+                names = ", ".join(repr(n) for n in [name, *served.paths])
+                raise _Refused(404, f"model {request.model!r} is not served here; this server serves {names}", "model")
             engine, applied = served.engine(request.model) if request.model != name else (backend, served.without_adapters())
             with applied:
                 return engine.complete(prompts, max_tokens, stop, temperature, request.seed or 0)
@@ -252,19 +257,50 @@ class _Adapters:
             raise _Refused(
                 400, f"adapters need the model's own linear layers; start serve-model with --linear torch, not {self.backend.linear}"
             )
+        self._check_shapes(path)  # before peft changes the served model: a mismatch found midway would leave part of it applied
         try:
             if self.peft is None:
                 self.peft = PeftModel.from_pretrained(self.backend.model, path, adapter_name=lora_name).eval()
             else:
                 self.peft.load_adapter(path, adapter_name=lora_name)
         except (ValueError, RuntimeError, OSError, KeyError) as err:
+            if self.peft is not None and lora_name in self.peft.peft_config:
+                self.peft.delete_adapter(lora_name)
             message = " ".join(str(err).split())[:300]
             raise _Refused(
                 400, f"could not load the adapter in {str(path)!r} over this model: {type(err).__name__}: {message}", "lora_path"
             ) from None
+        self.peft.set_adapter(lora_name)  # an adapter peft knows is active, so disable_adapter() works for the model's own name
         b = self.backend
         self.engines[lora_name] = HFBackend(self.peft, b.tokens, ckpt=b.ckpt, dtype=b.dtype)
         self.paths[lora_name] = str(path)
+
+    def _check_shapes(self, path: Path) -> None:
+        """Refuse an adapter whose LoRA matrices do not fit the served model's linear layers (read from the file's header)."""
+        import re
+
+        from safetensors import safe_open
+
+        weights = path / "adapter_model.safetensors"
+        if not weights.is_file():
+            raise _Refused(
+                400, f"lora_path {str(path)!r} holds no adapter_model.safetensors; pass a peft LoRA adapter directory", "lora_path"
+            )
+        modules = dict(self.backend.model.named_modules())
+        with safe_open(weights, "pt") as f:
+            for key in f.keys():
+                found = re.fullmatch(r"base_model\.model\.(.+)\.lora_([AB])(?:\.\w+)?\.weight", key)
+                if found is None:
+                    continue
+                layer, (rows, cols) = modules.get(found.group(1)), f.get_slice(key).get_shape()
+                layer = layer.get_base_layer() if hasattr(layer, "get_base_layer") else layer  # already wrapped by a loaded adapter
+                fits = isinstance(layer, torch.nn.Linear) and (
+                    cols == layer.in_features if found.group(2) == "A" else rows == layer.out_features
+                )
+                if not fits:
+                    raise _Refused(
+                        400, f"the adapter in {str(path)!r} does not fit this model: {key} has shape {[rows, cols]}", "lora_path"
+                    )
 
     def unload(self, lora_name: str) -> None:
         if lora_name not in self.paths:

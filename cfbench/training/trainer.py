@@ -144,7 +144,7 @@ def _search_r1(config: SearchR1Config, out: Path, start: int, accelerator, on_st
     for step in range(start, config.steps):
         began, began_cpu = time.time(), time.process_time()
         picked = [questions[(step * config.prompts_per_step + i) % len(questions)] for i in range(config.prompts_per_step)]
-        engine = sampler(accelerator, policy, tokens, ckpt, config, step + 1, f"policy-{rank}", served)
+        engine = sampler(accelerator, policy, tokens, ckpt, config, step + 1, f"policy-{rank}", served, name="policy")
         group = [
             dataclasses.replace(q, id=f"{q.id}#{k}") for q in picked[rank::world] for k in range(m)
         ]  # each process its share of prompts

@@ -126,17 +126,26 @@ def start_roles(
 
 
 def sampler(
-    accelerator, role: Learner, tokens, ckpt, config: RLConfig, step: int, stream: str, served: AdapterSync | None = None, refreshed=True
+    accelerator,
+    role: Learner,
+    tokens,
+    ckpt,
+    config: RLConfig,
+    step: int,
+    stream: str,
+    served: AdapterSync | None = None,
+    refreshed: bool = True,
+    name: str | None = None,
 ):
     """An engine sampling from the role's current weights; its seed depends only on (seed, step, stream).
     In process (hf), or with `served` (knob rollout_server) the rollout server with the role's adapter
-    loaded (core/served.py). A sharded role samples from its full copy, refreshed from the shards here
+    loaded as `name` (default: the stream; core/served.py). A sharded role samples from its full copy, refreshed from the shards here
     (every process at once) unless `refreshed` is false: a copy shared by several roles is refreshed
     before each use instead (ready_to_sample)."""
     seed = int.from_bytes(hashlib.sha256(f"{config.seed}:{step}:{stream}".encode()).digest()[:8], "big")
     role.model.eval()
     if served is not None:
-        return served.engine(accelerator, accelerator.unwrap_model(role.model), ckpt, config, step, stream, seed)
+        return served.engine(accelerator, accelerator.unwrap_model(role.model), ckpt, config, step, name or stream, seed)
     if role.sampler is None:
         model = accelerator.unwrap_model(role.model)
     else:
