@@ -27,7 +27,8 @@ EOF
 }
 
 evaluate() {  # fixed1325 of a finished training's last checkpoint, into pending/ until it is added to the leaderboard
-  local t=$1 out=$pending/smollm2-135m-$t
+  local t=$1
+  local out=$pending/smollm2-135m-$t
   finished "$study/$t" || return 0
   [ -f "$out/results.json" ] && return 0
   local last
