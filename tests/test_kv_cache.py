@@ -96,3 +96,18 @@ def test_contexts_of_ended_trajectories_are_freed_without_changing_an_output(tin
     before = run_batch(questions[:4], keeping, bm25, knobs) + run_batch(questions[4:], keeping, bm25, knobs)
     assert len(keeping._reusable) == 8  # it still holds the first batch's contexts
     assert [c.ids for t in first + second for c in t.completions] == [c.ids for t in before for c in t.completions]
+
+
+def test_training_rollouts_free_the_engines_kept_contexts_when_they_end(tiny_llama, bm25):
+    """core.rollouts frees what the engine keeps for next turns once every trajectory has ended: no K/V into the update."""
+    from cfbench.harness.agent import run_batch
+    from cfbench.harness.protocol import Knobs
+    from cfbench.harness.suite import load_suite
+    from cfbench.training.core.rollouts import rollouts
+
+    questions, knobs = load_suite("mini").questions[:6], Knobs(max_new_tokens=12, max_searches=2)
+    kept, freed = HFBackend.load(resolve(str(tiny_llama))), HFBackend.load(resolve(str(tiny_llama)))
+    plain = run_batch(questions, kept, bm25, knobs)
+    chunked = rollouts(questions, freed, bm25, knobs, 4)
+    assert kept._reusable and freed._reusable == []
+    assert [t.turns for t in chunked] == [t.turns for t in plain]  # freeing changes no output

@@ -70,6 +70,10 @@ class HFBackend(TokenizedEngine):
         use_linear(model, linear, device)
         return cls(model, tokens, ckpt=ckpt, dtype=dtype, linear=linear)
 
+    def release(self) -> None:
+        """Free every kept context, for a caller whose trajectories have all ended (a training step, before its update)."""
+        self._reusable = []
+
     def generate(self, prompts: list[str], max_new_tokens: int, max_context_tokens: int, stop: tuple[str, ...]) -> list[Completion]:
         encoded = [self.tokens.context(p, max_context_tokens) for p in prompts]
         # The agent loop continues every live trajectory in each call, so a kept context that no prompt here
