@@ -139,9 +139,9 @@ def sampler(
 ):
     """An engine sampling from the role's current weights; its seed depends only on (seed, step, stream).
     In process (hf), or with `served` (knob rollout_server) the rollout server with the role's adapter
-    loaded as `name` (default: the stream; core/served.py). A sharded role samples from its full copy, refreshed from the shards here
-    (every process at once) unless `refreshed` is false: a copy shared by several roles is refreshed
-    before each use instead (ready_to_sample)."""
+    loaded as `name` (default: the stream; core/served.py). A sharded role samples from its full copy,
+    refreshed from the shards here (every process at once) unless `refreshed` is false: a copy shared
+    by several roles is refreshed before each use instead (ready_to_sample)."""
     seed = int.from_bytes(hashlib.sha256(f"{config.seed}:{step}:{stream}".encode()).digest()[:8], "big")
     role.model.eval()
     if served is not None:

@@ -4,11 +4,12 @@ The server is vLLM (`vllm serve MODEL --enable-lora --max-lora-rank R` with
 VLLM_ALLOW_RUNTIME_LORA_UPDATING=True) or `cfbench serve-model --ckpt MODEL`, serving the run's starting
 model. Before a role samples a step's rollouts, its current LoRA adapter is saved to
 RUN/rollout-adapters/RUNID-ROLE-step-N and loaded through vLLM's runtime LoRA routes (POST
-/v1/load_lora_adapter, then /v1/unload_lora_adapter for the role's previous one); the step's requests
-name that adapter as their model (RUNID, a hash of the run directory, keeps runs sharing a server
-apart; a run's first load unloads what an interrupted attempt of it left loaded), through the same OpenAI-compatible engine evaluation uses
-(harness/backends/openai.py), which asks for the sampled token ids and their log-probs. Only adapters
-are synced: a full-weight role would need vLLM's NCCL or IPC weight transfer, which cannot run here.
+/v1/load_lora_adapter, then /v1/unload_lora_adapter for the role's previous one); the step's
+requests name that adapter as their model, through the same OpenAI-compatible engine evaluation
+uses (harness/backends/openai.py), which asks for the sampled token ids and their log-probs. RUNID,
+a hash of the run directory, keeps runs sharing a server apart; a run's first load unloads what an
+interrupted attempt of it left loaded. Only adapters are synced: a full-weight role would need
+vLLM's NCCL or IPC weight transfer, which cannot run here.
 
 The server reads the adapter from the path it is given, so it must see the run directory (the
 same machine, or a shared filesystem). Against serve-model the rollouts are exactly the in-process
