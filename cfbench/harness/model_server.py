@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import re
 import threading
 import time
 from pathlib import Path
@@ -277,8 +278,6 @@ class _Adapters:
 
     def _check_shapes(self, path: Path) -> None:
         """Refuse an adapter whose LoRA matrices do not fit the served model's linear layers (read from the file's header)."""
-        import re
-
         from safetensors import safe_open
 
         weights = path / "adapter_model.safetensors"

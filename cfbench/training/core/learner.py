@@ -146,12 +146,9 @@ def sampler(
     role.model.eval()
     if served is not None:
         return served.engine(accelerator, accelerator.unwrap_model(role.model), ckpt, config, step, name or stream, seed)
-    if role.sampler is None:
-        model = accelerator.unwrap_model(role.model)
-    else:
-        model = role.sampler
-        if refreshed:
-            refresh(role.model, model)
+    if refreshed:
+        ready_to_sample(role)
+    model = accelerator.unwrap_model(role.model) if role.sampler is None else role.sampler
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     return HFBackend(model, tokens, ckpt=ckpt, dtype=dtype, temperature=config.temperature, seed=seed)
 

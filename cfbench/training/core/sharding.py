@@ -12,9 +12,8 @@ full copy, the sampler (in bfloat16 with `bf16`), that the hf engine decodes fro
 copies the shards into it (every process at once) before each step's rollouts. The roles of a
 self-evolution run share one such copy, refreshed from the role about to sample before each of its
 rollouts (selfevolve/run.py). That copy is what `--plan` counts as "rollout sampler weights" and
-what a vLLM engine would hold. A checkpoint is
-written from the float32 master weights gathered on the main process (`full_state`), never from
-the sampler.
+what a vLLM engine would hold. A checkpoint is written from the float32 master weights gathered on
+the main process (`full_state`), never from the sampler.
 
 FSDP2 is used directly, not through accelerate: accelerate's FSDP plugin is for GPUs (on a CPU it
 falls back to data-parallel), and this path is tested on CPU processes (gloo). Its checkpoints are
