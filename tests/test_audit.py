@@ -234,7 +234,11 @@ def test_cli_audits_several_runs_into_one_report(tmp_path):
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["--judge", "gpt4"], "unknown --judge 'gpt4'; use openai:MODEL@URL, openai:MODEL (hosted), hf:MODEL_OR_DIR or reference"),
+        (
+            ["--judge", "gpt4"],
+            "unknown --judge 'gpt4'; use openai:MODEL@URL, openai:MODEL (hosted), hf:MODEL_OR_DIR, "
+            "sheet:NAME (letters, digits, ._-) or reference",
+        ),
         (["--judge", "openai:qwen@ftp://host"], "--judge 'openai:qwen@ftp://host': write openai:MODEL@URL"),
     ],
 )

@@ -104,3 +104,64 @@ def test_openai_judge_sends_key_effort_and_budget_and_the_hosted_api_needs_a_key
         judge_for("openai:gpt-5-mini", tmp_path / "corpus.jsonl", tmp_path / "c" / CACHE_FILE)
     with pytest.raises(CfbenchError, match="are for openai: judges"):
         judge_for("reference", tmp_path / "corpus.jsonl", tmp_path / "c" / CACHE_FILE, reasoning_effort="high")
+
+
+def _fill(sheet, answer) -> int:
+    """Write answer(row) into every waiting row of a sheet judge's file; returns how many."""
+    rows = [json.loads(line) for line in sheet.read_text().splitlines()]
+    waiting = [r for r in rows if r["output"] is None]
+    for r in waiting:
+        r["output"] = answer(r)
+    sheet.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return len(waiting)
+
+
+def test_sheet_judge_asks_through_a_file_in_two_rounds_and_its_answers_pass_the_same_checks(tmp_path):
+    run = make_run(tmp_path / "run", cases=CASES)
+    out = run / "judged" / "sheet-annotator"
+    sheet = out / "sheet.jsonl"
+    audit = ["audit", str(run), "--judge", "sheet:annotator"]
+    first = CliRunner().invoke(main, audit)
+    assert first.exit_code == 2 and "judge prompts without an answer: 2, in" in first.stderr and "sheet.jsonl" in first.stderr
+    assert not list(out.glob("step-*.jsonl")) and not (out / "audit.json").exists()  # nothing judged is written while answers wait
+
+    def reference(row):
+        if "France" in row["prompt"]:
+            return "<quote>Paris is the capital of France.</quote><reference>Paris</reference>"
+        return "<quote>Its height is 8000 metres</quote><reference>8000 metres</reference>"  # not what the source says
+
+    assert _fill(sheet, reference) == 2 and all(json.loads(x)["max_tokens"] == 192 for x in sheet.read_text().splitlines())
+    second = CliRunner().invoke(main, audit)
+    # Paris resolved: the label "Paris" matches it by rule, "Lyon" needs a verdict; Everest's quote is in no document
+    assert second.exit_code == 2 and "judge prompts without an answer: 1," in second.stderr
+    [asked] = [json.loads(x) for x in sheet.read_text().splitlines() if json.loads(x)["output"] is None]
+    assert "Reference answer: Paris\nCandidate answer: Lyon" in asked["prompt"] and asked["max_tokens"] == 8
+    assert _fill(sheet, lambda row: "No") == 1
+    third = CliRunner().invoke(main, audit)
+    assert third.exit_code == 0, third.stderr
+    record = json.loads((out / "audit.json").read_text())
+    assert record["judge"]["identity"] == "sheet:annotator" and record["judge"]["decoding"] == f"written into {sheet}"
+    paris = json.loads((out / "step-1.jsonl").read_text())
+    everest = json.loads((out / "step-2.jsonl").read_text())
+    assert paris["reference"]["answer"] == "Paris" and paris["label"] == {"correct": True, "by": "match"}
+    assert [(r["correct"], r["by"]) for r in paris["responses"]] == [(True, "label"), (False, "judge")]
+    assert everest["reference"]["reason"] == "the quote is in none of the evidence documents" and everest["label"] is None
+    assert record["steps"][0]["T_S"] == 0.5 and record["steps"][0]["coverage"] == 1.0 and record["steps"][1]["coverage"] == 0.0
+    # the answers are cached: the audit runs again without the sheet
+    sheet.unlink()
+    assert CliRunner().invoke(main, audit).exit_code == 0 and json.loads((out / "audit.json").read_text())["steps"] == record["steps"]
+
+
+def test_sheet_judge_refuses_a_torn_sheet_a_bad_name_and_replay(tmp_path):
+    run = make_run(tmp_path / "run", cases=CASES)
+    sheet = run / "judged" / "sheet-x" / "sheet.jsonl"
+    sheet.parent.mkdir(parents=True)
+    sheet.write_text('{"key": "k", "prompt": "p", "max_tokens": 8, "output": 3}\n')
+    result = CliRunner().invoke(main, ["audit", str(run), "--judge", "sheet:x"])
+    assert result.exit_code == 2 and f"{sheet}:1: not a sheet row" in result.stderr
+    with pytest.raises(CfbenchError, match="sheet:NAME"):
+        judge_for("sheet:a/b", run / "corpus.jsonl", tmp_path / CACHE_FILE)
+    result = CliRunner().invoke(
+        main, ["replay", str(run), "--bank", "1", "--feedback", "coupled", "--judge", "sheet:x", "--out", str(tmp_path / "r")]
+    )
+    assert result.exit_code == 2 and "is for cfbench audit; replay needs a judge it can call" in result.stderr

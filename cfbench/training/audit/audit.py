@@ -205,14 +205,17 @@ def audit_run(run: Path, judge, out: Path, on_step: Callable[[int], None] = lamb
     for stale in out.glob("step-*.jsonl"):  # judged steps a resumed run has since replaced or dropped
         if int(stale.stem.split("-")[1]) not in numbers:
             stale.unlink()
-    steps, everything = [], []
+    steps, everything, per_step = [], [], []
     for step, rows in saved:
         judged = judge_rows(rows, judge)
         everything += judged
-        jsonl.write_jsonl(out / f"step-{step}.jsonl", judged)
+        per_step.append((step, judged))
         round_, phase, _ = schedule(config, step)
         steps.append({"step": step, "round": round_, "phase": phase, **rates(judged)})
         on_step(step)
+    judge.require_answers()
+    for step, judged in per_step:
+        jsonl.write_jsonl(out / f"step-{step}.jsonl", judged)
     record = {
         "audit_version": AUDIT_VERSION,
         "run": str(run.resolve()),

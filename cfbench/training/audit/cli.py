@@ -10,8 +10,8 @@ from cfbench.harness.cli_output import console, job_progress, one_line_errors
 from cfbench.training.audit.replay import VARIANTS
 
 _JUDGE_HELP = (
-    "openai:MODEL@URL (an OpenAI-compatible server), openai:MODEL (the hosted OpenAI API), hf:MODEL_OR_DIR (in process) "
-    "or reference (gold answers in the corpus)."
+    "openai:MODEL@URL (an OpenAI-compatible server), openai:MODEL (the hosted OpenAI API), hf:MODEL_OR_DIR (in process), "
+    "sheet:NAME (answers NAME writes into RUN/judged/sheet-NAME/sheet.jsonl; audit only) or reference (gold answers in the corpus)."
 )
 _RUN = click.Path(exists=True, file_okay=False, path_type=Path)
 
@@ -116,6 +116,7 @@ def audit_cmd(runs, spec, report, threads, **openai_settings) -> None:
 @_openai_judge_options
 def replay_cmd(run, bank, variants, spec, out, epochs, threads, **openai_settings) -> None:
     """Replay saved questions and labels, varying only the feedback solver's training provenance; report F per variant."""
+    from cfbench.harness.errors import CfbenchError
     from cfbench.training.audit.replay import replay
 
     if threads:
@@ -123,6 +124,8 @@ def replay_cmd(run, bank, variants, spec, out, epochs, threads, **openai_setting
 
         torch.set_num_threads(threads)
     with one_line_errors("finished variants and judge answers are kept; rerun the same command to continue"):
+        if spec.startswith("sheet:"):  # each round of written answers would train every variant's solvers again
+            raise CfbenchError(f"--judge {spec!r} is for cfbench audit; replay needs a judge it can call (openai:, hf: or reference)")
         judge = _judge(spec, run, out, openai_settings)
         summary = replay(
             run,

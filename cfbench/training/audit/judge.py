@@ -4,6 +4,7 @@
     openai:MODEL@URL    an OpenAI-compatible chat endpoint (vLLM, `cfbench serve-model`), greedy
     openai:MODEL        the hosted OpenAI API (key from --api-key or OPENAI_API_KEY)
     hf:MODEL_OR_DIR     a local checkpoint, bundled model or hub id, in process, greedy
+    sheet:NAME          answers NAME (a person, or a judge cfbench cannot call) writes into a sheet file
     reference           gold answers from the run's corpus rows (`answers` or `golden_answers`)
 
 An LLM judge first reads the evidence, the source and then each passage the proposer retrieved while
@@ -26,6 +27,10 @@ labelled corpora built so that each source has one answer to ask about, and for 
 
 LLM calls are cached by their exact inputs (judge identity, prompt, token limit) in an append-only
 JSONL file, written after every batch of 16, so a rerun or a resumed audit sends only what is missing.
+A `sheet:` judge is asked through a file instead (`sheet.jsonl` beside the cache): the audit writes every
+prompt it has no answer for as a row {key, prompt, max_tokens, output: null} and stops; NAME writes each
+`output` exactly as the prompt asks (the same quote check applies), and the same command continues. The
+references come first, so a judged run takes two rounds of answers: references, then verdicts.
 The identity of an `openai:` judge is its model name (plus its reasoning effort and output-token budget when
 set): serve different weights under different names. `openai:` judges go through the `openai` SDK
 (harness.openai_client). A reasoning effort is sent as the API's `reasoning_effort` with no temperature (reasoning
@@ -52,6 +57,7 @@ from cfbench.training.core.answers import matches
 REFERENCE_TOKENS = 192
 VERDICT_TOKENS = 8
 CHUNK = 16  # judge prompts per batch; each batch's answers are cached as soon as it returns
+SHEET_FILE = "sheet.jsonl"  # a sheet: judge's prompts and answers, beside its cache
 MIN_QUOTE_WORDS = 3  # a shorter quote must contain the answer to count as support
 _QUOTE = re.compile(r"<quote>(.*?)</quote>", re.DOTALL)
 _REFERENCE = re.compile(r"<reference>(.*?)</reference>", re.DOTALL)
@@ -222,6 +228,45 @@ class _LocalChat:
         return [c.text for c in self._engine.complete(ids, max_tokens, ())]
 
 
+class _Sheet:
+    """Answers written into a JSONL sheet by whoever NAME is: a person, or a judge cfbench cannot call.
+
+    Hand-written rather than a labelling tool's format: a row is one judge prompt and its answer, so the
+    answers go through the same parsing, quote check and cache as an LLM's (the cache keeps the first
+    answer read for a prompt)."""
+
+    def __init__(self, path: Path, identity: str) -> None:
+        self.path, self.identity = path, identity
+        self.rows: dict[str, dict] = {}
+        if path.is_file():
+            for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+                try:
+                    row = json.loads(line)
+                    if not isinstance(row["output"], str | None):
+                        raise TypeError
+                    self.rows[row["key"]] = row
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    raise CfbenchError(
+                        f"{path}:{lineno}: not a sheet row; each line is {{key, prompt, max_tokens, output}}, output a string or null"
+                    ) from None
+
+    def ask(self, prompts: list[str], max_tokens: int) -> list[str | None]:
+        """Each prompt's written output; None (and a row to fill) where there is none yet."""
+        keys = [JudgeCache.key(self.identity, p, max_tokens) for p in prompts]
+        for key, prompt in zip(keys, prompts):
+            self.rows.setdefault(key, {"key": key, "prompt": prompt, "max_tokens": max_tokens, "output": None})
+        return [self.rows[k]["output"] for k in keys]
+
+    def require_answers(self) -> None:
+        waiting = sum(row["output"] is None for row in self.rows.values())
+        if waiting:
+            jsonl.write_jsonl(self.path, self.rows.values())
+            raise CfbenchError(
+                f"judge prompts without an answer: {waiting}, in {self.path}; write each row's output as its prompt asks, "
+                "then run the same command again"
+            )
+
+
 class LLMJudge:
     def __init__(self, kind: str, identity: str, chat, cache: JudgeCache) -> None:
         self.kind, self.identity, self.chat, self.cache = kind, identity, chat, cache
@@ -233,19 +278,25 @@ class LLMJudge:
             "identity": self.identity,
             "reference_tokens": REFERENCE_TOKENS,
             "verdict_tokens": VERDICT_TOKENS,
-            "decoding": "greedy (temperature 0)",
+            "decoding": f"written into {self.chat.path}" if self.kind == "sheet" else "greedy (temperature 0)",
             "cache": str(self.cache.path),
         }
+
+    def require_answers(self) -> None:
+        """Stop (one-line error) when a sheet judge has prompts left to answer: nothing judged is written before."""
+        if self.kind == "sheet":
+            self.chat.require_answers()
 
     def _ask(self, prompts: list[str], max_tokens: int) -> list[str]:
         keys = [JudgeCache.key(self.identity, p, max_tokens) for p in prompts]
         missing = list({k: p for k, p in zip(keys, prompts) if k not in self.cache.outputs}.items())
         for first in range(0, len(missing), CHUNK):
             chunk = missing[first : first + CHUNK]
-            self.cache.add(dict(zip([k for k, _ in chunk], self.chat.ask([p for _, p in chunk], max_tokens))))
+            answers = self.chat.ask([p for _, p in chunk], max_tokens)
+            self.cache.add({k: a for (k, _), a in zip(chunk, answers) if a is not None})
         self.needed += len(prompts)
         self.sent += len(missing)
-        return [self.cache.outputs[k] for k in keys]
+        return [self.cache.outputs.get(k, "") for k in keys]  # "" only while a sheet waits: require_answers stops the audit
 
     def references(self, rows: list[dict]) -> list[Reference]:
         outputs = self._ask([reference_prompt(documents(r), r["question"]) for r in rows], REFERENCE_TOKENS)
@@ -305,6 +356,9 @@ class GoldJudge:
     def references(self, rows: list[dict]) -> list[Reference]:
         return [self._reference(r) for r in rows]
 
+    def require_answers(self) -> None:
+        """Gold answers never wait."""
+
     def golds_for(self, row: dict) -> list[str] | None:
         if row["source_id"] in self.golds:
             return self.golds[row["source_id"]]
@@ -363,7 +417,12 @@ def judge_for(
 
         weights = resolve(rest).weights_sha256
         return LLMJudge("hf", f"hf:{weights or rest}", _LocalChat(rest), JudgeCache(cache))
-    raise CfbenchError(f"unknown --judge {spec!r}; use openai:MODEL@URL, openai:MODEL (hosted), hf:MODEL_OR_DIR or reference")
+    if kind == "sheet" and re.fullmatch(r"[A-Za-z0-9_.-]+", rest):
+        return LLMJudge("sheet", spec, _Sheet(cache.parent / SHEET_FILE, spec), JudgeCache(cache))
+    raise CfbenchError(
+        f"unknown --judge {spec!r}; use openai:MODEL@URL, openai:MODEL (hosted), hf:MODEL_OR_DIR, sheet:NAME (letters, digits, ._-) "
+        "or reference"
+    )
 
 
 def slug(spec: str, reasoning_effort: str | None = None) -> str:
