@@ -131,6 +131,7 @@ def test_step_and_round_rates_by_hand(tmp_path):
         "step": 1,
         "round": 1,
         "phase": "proposer",
+        "tasks": 4,
         "questions": 3,
         "resolved_questions": 2,
         "pairs": 15,
@@ -159,6 +160,17 @@ def test_step_and_round_rates_by_hand(tmp_path):
     }
     r1, r2 = record["rounds"]
     assert r1["steps"] == 2 and r1["steps_with_pairs"] == 2
+    assert {k: r1[k] for k in ("tasks", "questions", "resolved_questions", "pairs", "resolved_pairs")} == {
+        "tasks": 4 + len(CASES[2]),
+        "questions": 3 + sum(r["admitted"] for r in CASES[2]),
+        "resolved_questions": 2 + steps[2]["resolved_questions"],
+        "pairs": 15 + steps[2]["pairs"],
+        "resolved_pairs": 10 + steps[2]["resolved_pairs"],
+    }
+    everything = [json.loads(x) for n in steps for x in (tmp_path / "judged" / f"step-{n}.jsonl").read_text().splitlines()]
+    assert record["overall"] == rates(everything) and record["overall"]["resolved_pairs"] == sum(
+        s["resolved_pairs"] for s in steps.values()
+    )
     assert pytest.approx([r1[k] for k in ("T_P", "T_S", "A", "F", "L", "coverage")]) == [0.25, 0.25, 0.75, 0.6, 0.1, (10 / 15 + 1) / 2]
     assert r2["F"] is None and r2["coverage"] == 0.0 and r2["steps_with_pairs"] == 0
     judged = [json.loads(x) for x in (tmp_path / "judged" / "step-1.jsonl").read_text().splitlines()]
@@ -172,9 +184,34 @@ def test_step_and_round_rates_by_hand(tmp_path):
 
 def test_a_round_is_the_mean_of_its_step_rates_not_of_pairs():
     # step 1: 1 of 1 pair false agreement; step 2: 0 of 9. Pooled pairs would give 0.1, the protocol's mean of rates 0.5.
+    counts = {"tasks": 2, "questions": 1, "resolved_questions": 1}
     steps = [
-        {"step": 1, "round": 1, "resolved_pairs": 1, "coverage": 1.0, "T_P": 0.0, "T_S": 0.0, "A": 1.0, "F": 1.0, "L": 0.0},
-        {"step": 2, "round": 1, "resolved_pairs": 9, "coverage": 1.0, "T_P": 1.0, "T_S": 1.0, "A": 1.0, "F": 0.0, "L": 0.0},
+        {
+            "step": 1,
+            "round": 1,
+            **counts,
+            "pairs": 1,
+            "resolved_pairs": 1,
+            "coverage": 1.0,
+            "T_P": 0.0,
+            "T_S": 0.0,
+            "A": 1.0,
+            "F": 1.0,
+            "L": 0.0,
+        },
+        {
+            "step": 2,
+            "round": 1,
+            **counts,
+            "pairs": 9,
+            "resolved_pairs": 9,
+            "coverage": 1.0,
+            "T_P": 1.0,
+            "T_S": 1.0,
+            "A": 1.0,
+            "F": 0.0,
+            "L": 0.0,
+        },
     ]
     assert round_means(steps)[0]["F"] == 0.5
 
@@ -197,8 +234,10 @@ def test_report_tables_plot_and_cost_ratios(tmp_path):
     records = [audit_run(run, GoldJudge(run / "corpus.jsonl"), run / "judged") for run in (dr, msv)]
     write_report(records, [dr, msv], tmp_path / "report")
     md = (tmp_path / "report" / "audit.md").read_text()
-    assert "| dr-zero | 1 | 2/2 | 0.250 | 0.250 | 0.750 | 0.600 | 0.100 | 0.833 |" in md
-    assert "| msv | 2 | 0/1 | - | - | - | - | - | 0.000 |" in md
+    assert "| dr-zero | 1 | 2/2 | 4/5 | 15/20 | 0.250 | 0.250 | 0.750 | 0.600 | 0.100 | 0.833 |" in md
+    assert "| msv | 2 | 0/1 | 1/1 | 0/5 | - | - | - | - | - | 0.000 |" in md
+    # pooled over the run's 15 resolved pairs: 5 correct labels (step 1), F 2 of step 1's 10 and all 5 of step 2's
+    assert "| dr-zero | all (pooled) | | 5/6 | 15/25 | 0.333 | 0.333 | 0.667 | 0.467 | 0.133 | 0.600 |" in md
     png = (tmp_path / "report" / "trajectory.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24]) == (1100, 700)
     costs = {c["treatment"]: c for c in json.loads((tmp_path / "report" / "cost.json").read_text())["costs"]}
@@ -227,7 +266,7 @@ def test_cli_audits_several_runs_into_one_report(tmp_path):
     runs = [make_run(tmp_path / name, name) for name in ("dr-zero", "crossfit")]
     result = CliRunner().invoke(main, ["audit", *map(str, runs), "--judge", "reference", "--report", str(tmp_path / "report")])
     assert result.exit_code == 0, result.output
-    assert "| crossfit | 1 | 2/2 | 0.250" in result.stdout
+    assert "| crossfit | 1 | 2/2 | 4/5 | 15/20 | 0.250" in result.stdout
     assert (runs[1] / "judged" / "reference" / "audit.json").is_file() and (tmp_path / "report" / "cost.md").is_file()
 
 

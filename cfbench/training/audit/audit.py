@@ -33,7 +33,7 @@ from cfbench.training.config.classes import SelfEvolutionConfig, TrainingConfig,
 from cfbench.training.config.schema import to_json
 from cfbench.training.core.answers import MATCHER, matches
 
-AUDIT_VERSION = 2
+AUDIT_VERSION = 3  # 3: tasks per step, a round's counts, the run's pooled rates (overall)
 RATES = ("T_P", "T_S", "A", "F", "L")
 CACHE_FILE = "judge-cache.jsonl"
 
@@ -181,12 +181,16 @@ def by_label_provenance(judged: list[dict]) -> list[dict]:
     return [{"label_from": g, **rates(mine)} for g in LABEL_FROM if (mine := [q for q in judged if label_from(q) == g])]
 
 
+COUNTS = ("tasks", "questions", "resolved_questions", "pairs", "resolved_pairs")  # summed over a round's steps
+
+
 def round_means(steps: list[dict]) -> list[dict]:
-    """Each round's rates as the plain mean of its steps' rates (steps without a rate left out)."""
+    """Each round's rates as the plain mean of its steps' rates (steps without a rate left out), and its COUNTS summed."""
     out = []
     for r in sorted({s["round"] for s in steps}):
         mine = [s for s in steps if s["round"] == r]
         row = {"round": r, "steps": len(mine), "steps_with_pairs": sum(s["resolved_pairs"] > 0 for s in mine)}
+        row |= {k: sum(s[k] for s in mine) for k in COUNTS}
         for key in (*RATES, "coverage"):
             values = [s[key] for s in mine if s[key] is not None]
             row[key] = sum(values) / len(values) if values else None
@@ -211,7 +215,7 @@ def audit_run(run: Path, judge, out: Path, on_step: Callable[[int], None] = lamb
         everything += judged
         per_step.append((step, judged))
         round_, phase, _ = schedule(config, step)
-        steps.append({"step": step, "round": round_, "phase": phase, **rates(judged)})
+        steps.append({"step": step, "round": round_, "phase": phase, "tasks": len(rows), **rates(judged)})
         on_step(step)
     judge.require_answers()
     for step, judged in per_step:
@@ -227,6 +231,7 @@ def audit_run(run: Path, judge, out: Path, on_step: Callable[[int], None] = lamb
         "judge_requests": {"needed": judge.needed, "sent": judge.sent},
         "steps": steps,
         "rounds": round_means(steps),
+        "overall": rates(everything),
         "hops": by_hops(everything),
         "labels": by_label_provenance(everything),
     }

@@ -1,7 +1,9 @@
 """The audit's tables, trajectory figure and cost report across treatments, from audit.json records and runs.
 
 Written to the report directory:
-    audit.md / audit.csv     T_P, T_S, A, F, L and coverage per treatment and round (mean of step rates);
+    audit.md / audit.csv     T_P, T_S, A, F, L and coverage per treatment and round (mean of step rates),
+                             with admitted questions / source tasks and resolved pairs / pairs, and the
+                             run's rates pooled over all its pairs;
                              audit.md also gives coverage and the rates per hop count, and per label
                              provenance (solver with / without same-source history, proposer), over each run
     steps.csv                the same per step
@@ -26,6 +28,7 @@ from cfbench.harness.runrecord import dumps, write_atomic
 from cfbench.training.audit.audit import RATES, out_dir
 
 _COLUMNS = (*RATES, "coverage")
+_COUNTS = ("tasks", "questions", "pairs", "resolved_pairs")
 _PANELS = ("A", "T_S", "T_P", "F")
 
 
@@ -57,18 +60,22 @@ def rate_tables(records: list[dict]) -> tuple[str, str, str]:
         f"Judge: {', '.join(judges)}. Rates over resolved (label, response) pairs; a round is the mean "
         "of its step rates. F = response matches the label and both are wrong; L = response right, label wrong.",
         "",
-        "| treatment | round | steps | " + " | ".join(_COLUMNS) + " |",
-        "|---|---:|---:|" + "---:|" * len(_COLUMNS),
+        "| treatment | round | steps | admitted | resolved pairs | " + " | ".join(_COLUMNS) + " |",
+        "|---|---:|---:|---:|---:|" + "---:|" * len(_COLUMNS),
     ]
     rounds, steps = [], []
     for name, r in zip(names, records):
         for row in r["rounds"]:
             md.append(
-                f"| {name} | {row['round']} | {row['steps_with_pairs']}/{row['steps']} | "
-                + " | ".join(_num(row[c]) for c in _COLUMNS)
-                + " |"
+                f"| {name} | {row['round']} | {row['steps_with_pairs']}/{row['steps']} | {row['questions']}/{row['tasks']} | "
+                f"{row['resolved_pairs']}/{row['pairs']} | " + " | ".join(_num(row[c]) for c in _COLUMNS) + " |"
             )
-            rounds.append([name, row["round"], row["steps"], row["steps_with_pairs"], *(row[c] for c in _COLUMNS)])
+            rounds.append([name, row["round"], row["steps"], row["steps_with_pairs"], *(row[c] for c in (*_COUNTS, *_COLUMNS))])
+        whole = r["overall"]
+        md.append(
+            f"| {name} | all (pooled) | | {whole['questions']}/{sum(row['tasks'] for row in r['rounds'])} | "
+            f"{whole['resolved_pairs']}/{whole['pairs']} | " + " | ".join(_num(whole[c]) for c in _COLUMNS) + " |"
+        )
         for row in r["steps"]:
             steps.append(
                 [
@@ -82,7 +89,11 @@ def rate_tables(records: list[dict]) -> tuple[str, str, str]:
                     *(row[c] for c in _COLUMNS),
                 ]
             )
-    md += ["", "steps: steps with at least one resolved pair / steps audited."]
+    md += [
+        "",
+        "steps: steps with at least one resolved pair / steps audited. admitted: admitted questions / source tasks. "
+        "all (pooled): the run's rates over all its resolved pairs at once, not a mean of step rates.",
+    ]
     md += _breakdown(
         records,
         names,
@@ -101,7 +112,7 @@ def rate_tables(records: list[dict]) -> tuple[str, str, str]:
     )
     return (
         "\n".join(md) + "\n",
-        _csv(["treatment", "round", "steps", "steps_with_pairs", *_COLUMNS], rounds),
+        _csv(["treatment", "round", "steps", "steps_with_pairs", *_COUNTS, *_COLUMNS], rounds),
         _csv(["treatment", "step", "round", "phase", "questions", "pairs", "resolved_pairs", *_COLUMNS], steps),
     )
 
