@@ -140,16 +140,44 @@ def test_sheet_judge_asks_through_a_file_in_two_rounds_and_its_answers_pass_the_
     third = CliRunner().invoke(main, audit)
     assert third.exit_code == 0, third.stderr
     record = json.loads((out / "audit.json").read_text())
-    assert record["judge"]["identity"] == "sheet:annotator" and record["judge"]["decoding"] == f"written into {sheet}"
+    assert record["judge"]["identity"] == "sheet:annotator" and record["judge"]["decoding"] == f"answers written into {sheet}"
     paris = json.loads((out / "step-1.jsonl").read_text())
     everest = json.loads((out / "step-2.jsonl").read_text())
     assert paris["reference"]["answer"] == "Paris" and paris["label"] == {"correct": True, "by": "match"}
     assert [(r["correct"], r["by"]) for r in paris["responses"]] == [(True, "label"), (False, "judge")]
     assert everest["reference"]["reason"] == "the quote is in none of the evidence documents" and everest["label"] is None
     assert record["steps"][0]["T_S"] == 0.5 and record["steps"][0]["coverage"] == 1.0 and record["steps"][1]["coverage"] == 0.0
-    # the answers are cached: the audit runs again without the sheet
-    sheet.unlink()
-    assert CliRunner().invoke(main, audit).exit_code == 0 and json.loads((out / "audit.json").read_text())["steps"] == record["steps"]
+    assert not (out / CACHE_FILE).exists()  # the sheet is this judge's only store
+    # an answer corrected in the sheet counts at the next audit
+    rows = [json.loads(x) for x in sheet.read_text().splitlines()]
+    sheet.write_text(
+        "".join(json.dumps(r | {"output": "Yes"} if r["max_tokens"] == 8 else r) + "\n" for r in rows) + "\n"
+    )  # and a blank line
+    assert CliRunner().invoke(main, audit).exit_code == 0
+    assert json.loads((out / "audit.json").read_text())["steps"][0]["T_S"] == 1.0
+
+
+def test_sheet_judge_waits_only_on_what_it_asked_leaves_its_output_alone_and_collects_every_run(tmp_path):
+    run = make_run(tmp_path / "run", cases=CASES)
+    out = run / "judged" / "sheet-annotator"
+    sheet = out / "sheet.jsonl"
+    audit = ["audit", str(run), "--judge", "sheet:annotator"]
+    CliRunner().invoke(main, audit)
+    assert _fill(sheet, lambda row: "<reference>unresolved</reference>") == 2
+    with sheet.open("a") as f:  # a prompt of a question a resumed run has since replaced: never asked again
+        f.write(json.dumps({"key": "0" * 64, "prompt": "Question: gone?", "max_tokens": 192, "output": None}) + "\n")
+    assert CliRunner().invoke(main, audit).exit_code == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.name != "sheet.jsonl"}
+    # the run goes on (step 2 replaced, step 3 new): the audit stops for the new prompts and leaves out/ as it was
+    (run / "audit" / "step-2.jsonl").unlink()
+    (run / "audit" / "step-3.jsonl").write_text(json.dumps(row(3, 2, 0, "paris", "Paris", ["Paris"], "Where is the Seine?")) + "\n")
+    other = make_run(tmp_path / "other", cases=CASES)
+    result = CliRunner().invoke(main, ["audit", str(run), str(other), "--judge", "sheet:annotator", "--report", str(tmp_path / "report")])
+    assert result.exit_code == 2
+    assert f"judge prompts without an answer: 1, in {sheet}, 2, in {other / 'judged' / 'sheet-annotator' / 'sheet.jsonl'};" in (
+        " ".join(result.stderr.split())
+    )
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != "sheet.jsonl"} == before
 
 
 def test_sheet_judge_refuses_a_torn_sheet_a_bad_name_and_replay(tmp_path):

@@ -206,9 +206,6 @@ def audit_run(run: Path, judge, out: Path, on_step: Callable[[int], None] = lamb
     out_dir(out, "audit output")
     saved = saved_steps(run)
     numbers = {step for step, _ in saved}
-    for stale in out.glob("step-*.jsonl"):  # judged steps a resumed run has since replaced or dropped
-        if int(stale.stem.split("-")[1]) not in numbers:
-            stale.unlink()
     steps, everything, per_step = [], [], []
     for step, rows in saved:
         judged = judge_rows(rows, judge)
@@ -217,7 +214,10 @@ def audit_run(run: Path, judge, out: Path, on_step: Callable[[int], None] = lamb
         round_, phase, _ = schedule(config, step)
         steps.append({"step": step, "round": round_, "phase": phase, "tasks": len(rows), **rates(judged)})
         on_step(step)
-    judge.require_answers()
+    judge.require_answers()  # a sheet judge still waiting: stop before out/ changes
+    for stale in out.glob("step-*.jsonl"):  # judged steps a resumed run has since replaced or dropped
+        if int(stale.stem.split("-")[1]) not in numbers:
+            stale.unlink()
     for step, judged in per_step:
         jsonl.write_jsonl(out / f"step-{step}.jsonl", judged)
     record = {

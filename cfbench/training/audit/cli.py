@@ -59,7 +59,7 @@ def audit_cmd(runs, spec, report, threads, **openai_settings) -> None:
     Each run's judgements go to RUN/judged/JUDGE/ (with the judge's cache: a rerun sends no request).
     """
     from cfbench.training.audit.audit import audit_run, saved_steps
-    from cfbench.training.audit.judge import slug
+    from cfbench.training.audit.judge import AnswersWaiting, slug
     from cfbench.training.audit.report import write_report
 
     if threads:
@@ -71,19 +71,25 @@ def audit_cmd(runs, spec, report, threads, **openai_settings) -> None:
     with one_line_errors("judge answers so far are cached; rerun the same command to continue"):
         if report is None and len(runs) > 1:
             raise CfbenchError(f"{len(runs)} runs need --report DIR for their side-by-side tables")
-        records = []
+        records, waiting = [], []
         for run in runs:
             out = run / "judged" / slug(spec, openai_settings["reasoning_effort"])
             judge = _judge(spec, run, out, openai_settings)
             with job_progress(f"{run}: judged", "step", fields={"last": ""}) as progress:
                 progress.start(len(saved_steps(run)), 0)
-                record = audit_run(run, judge, out, on_step=lambda step: progress.update(advance=1, last=step))
+                try:
+                    record = audit_run(run, judge, out, on_step=lambda step: progress.update(advance=1, last=step))
+                except AnswersWaiting as err:  # a sheet judge: collect every run's waiting prompts in one pass
+                    waiting.append(err)
+                    continue
             console.print(
                 f"{run}: {record['label']}, {len(record['steps'])} steps, judge requests {judge.needed} "
                 f"({judge.sent} sent, {judge.needed - judge.sent} from the cache) -> {out}",
                 highlight=False,
             )
             records.append(record)
+        if waiting:
+            raise AnswersWaiting([w for err in waiting for w in err.waits])
         report = report or runs[0] / "judged" / slug(spec, openai_settings["reasoning_effort"])
         write_report(records, list(runs), report)
         click.echo((report / "audit.md").read_text() + "\n" + (report / "cost.md").read_text())
@@ -116,7 +122,6 @@ def audit_cmd(runs, spec, report, threads, **openai_settings) -> None:
 @_openai_judge_options
 def replay_cmd(run, bank, variants, spec, out, epochs, threads, **openai_settings) -> None:
     """Replay saved questions and labels, varying only the feedback solver's training provenance; report F per variant."""
-    from cfbench.harness.errors import CfbenchError
     from cfbench.training.audit.replay import replay
 
     if threads:
@@ -124,8 +129,6 @@ def replay_cmd(run, bank, variants, spec, out, epochs, threads, **openai_setting
 
         torch.set_num_threads(threads)
     with one_line_errors("finished variants and judge answers are kept; rerun the same command to continue"):
-        if spec.startswith("sheet:"):  # each round of written answers would train every variant's solvers again
-            raise CfbenchError(f"--judge {spec!r} is for cfbench audit; replay needs a judge it can call (openai:, hf: or reference)")
         judge = _judge(spec, run, out, openai_settings)
         summary = replay(
             run,

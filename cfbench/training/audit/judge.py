@@ -27,10 +27,11 @@ labelled corpora built so that each source has one answer to ask about, and for 
 
 LLM calls are cached by their exact inputs (judge identity, prompt, token limit) in an append-only
 JSONL file, written after every batch of 16, so a rerun or a resumed audit sends only what is missing.
-A `sheet:` judge is asked through a file instead (`sheet.jsonl` beside the cache): the audit writes every
-prompt it has no answer for as a row {key, prompt, max_tokens, output: null} and stops; NAME writes each
-`output` exactly as the prompt asks (the same quote check applies), and the same command continues. The
-references come first, so a judged run takes two rounds of answers: references, then verdicts.
+A `sheet:` judge is asked through a file instead (`sheet.jsonl` in the judge's directory, its only store):
+the audit writes every prompt it has no answer for as a row {key, prompt, max_tokens, output: null} and
+stops; NAME writes each `output` exactly as the prompt asks (the same quote check applies), and the same
+command continues. The references come first, so a judged run takes two rounds of answers: references,
+then verdicts.
 The identity of an `openai:` judge is its model name (plus its reasoning effort and output-token budget when
 set): serve different weights under different names. `openai:` judges go through the `openai` SDK
 (harness.openai_client). A reasoning effort is sent as the API's `reasoning_effort` with no temperature (reasoning
@@ -57,7 +58,7 @@ from cfbench.training.core.answers import matches
 REFERENCE_TOKENS = 192
 VERDICT_TOKENS = 8
 CHUNK = 16  # judge prompts per batch; each batch's answers are cached as soon as it returns
-SHEET_FILE = "sheet.jsonl"  # a sheet: judge's prompts and answers, beside its cache
+SHEET_FILE = "sheet.jsonl"  # a sheet: judge's prompts and answers, in its judged/ directory
 MIN_QUOTE_WORDS = 3  # a shorter quote must contain the answer to count as support
 _QUOTE = re.compile(r"<quote>(.*?)</quote>", re.DOTALL)
 _REFERENCE = re.compile(r"<reference>(.*?)</reference>", re.DOTALL)
@@ -228,45 +229,6 @@ class _LocalChat:
         return [c.text for c in self._engine.complete(ids, max_tokens, ())]
 
 
-class _Sheet:
-    """Answers written into a JSONL sheet by whoever NAME is: a person, or a judge cfbench cannot call.
-
-    Hand-written rather than a labelling tool's format: a row is one judge prompt and its answer, so the
-    answers go through the same parsing, quote check and cache as an LLM's (the cache keeps the first
-    answer read for a prompt)."""
-
-    def __init__(self, path: Path, identity: str) -> None:
-        self.path, self.identity = path, identity
-        self.rows: dict[str, dict] = {}
-        if path.is_file():
-            for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-                try:
-                    row = json.loads(line)
-                    if not isinstance(row["output"], str | None):
-                        raise TypeError
-                    self.rows[row["key"]] = row
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    raise CfbenchError(
-                        f"{path}:{lineno}: not a sheet row; each line is {{key, prompt, max_tokens, output}}, output a string or null"
-                    ) from None
-
-    def ask(self, prompts: list[str], max_tokens: int) -> list[str | None]:
-        """Each prompt's written output; None (and a row to fill) where there is none yet."""
-        keys = [JudgeCache.key(self.identity, p, max_tokens) for p in prompts]
-        for key, prompt in zip(keys, prompts):
-            self.rows.setdefault(key, {"key": key, "prompt": prompt, "max_tokens": max_tokens, "output": None})
-        return [self.rows[k]["output"] for k in keys]
-
-    def require_answers(self) -> None:
-        waiting = sum(row["output"] is None for row in self.rows.values())
-        if waiting:
-            jsonl.write_jsonl(self.path, self.rows.values())
-            raise CfbenchError(
-                f"judge prompts without an answer: {waiting}, in {self.path}; write each row's output as its prompt asks, "
-                "then run the same command again"
-            )
-
-
 class LLMJudge:
     def __init__(self, kind: str, identity: str, chat, cache: JudgeCache) -> None:
         self.kind, self.identity, self.chat, self.cache = kind, identity, chat, cache
@@ -278,25 +240,22 @@ class LLMJudge:
             "identity": self.identity,
             "reference_tokens": REFERENCE_TOKENS,
             "verdict_tokens": VERDICT_TOKENS,
-            "decoding": f"written into {self.chat.path}" if self.kind == "sheet" else "greedy (temperature 0)",
+            "decoding": "greedy (temperature 0)",
             "cache": str(self.cache.path),
         }
 
     def require_answers(self) -> None:
-        """Stop (one-line error) when a sheet judge has prompts left to answer: nothing judged is written before."""
-        if self.kind == "sheet":
-            self.chat.require_answers()
+        """A judge that is called never waits for answers."""
 
     def _ask(self, prompts: list[str], max_tokens: int) -> list[str]:
         keys = [JudgeCache.key(self.identity, p, max_tokens) for p in prompts]
         missing = list({k: p for k, p in zip(keys, prompts) if k not in self.cache.outputs}.items())
         for first in range(0, len(missing), CHUNK):
             chunk = missing[first : first + CHUNK]
-            answers = self.chat.ask([p for _, p in chunk], max_tokens)
-            self.cache.add({k: a for (k, _), a in zip(chunk, answers) if a is not None})
+            self.cache.add(dict(zip([k for k, _ in chunk], self.chat.ask([p for _, p in chunk], max_tokens))))
         self.needed += len(prompts)
         self.sent += len(missing)
-        return [self.cache.outputs.get(k, "") for k in keys]  # "" only while a sheet waits: require_answers stops the audit
+        return [self.cache.outputs[k] for k in keys]
 
     def references(self, rows: list[dict]) -> list[Reference]:
         outputs = self._ask([reference_prompt(documents(r), r["question"]) for r in rows], REFERENCE_TOKENS)
@@ -308,6 +267,71 @@ class LLMJudge:
         asked = [verdict_prompt(row["question"], ref.answer, c) for (row, ref, c), v in zip(items, ruled) if v is None]
         answers = iter(self._ask(asked, VERDICT_TOKENS))
         return [v or Verdict(parse_verdict(next(answers)), "judge") for v in ruled]
+
+
+class AnswersWaiting(CfbenchError):
+    """Sheet judges with prompts to answer: (count, sheet) each, the prompts written into the sheets."""
+
+    def __init__(self, waits: list[tuple[int, Path]]) -> None:
+        self.waits = waits
+        where = ", ".join(f"{count}, in {sheet}" for count, sheet in waits)
+        super().__init__(
+            f"judge prompts without an answer: {where}; write each row's output as its prompt asks, then run the same command again"
+        )
+
+
+class SheetJudge(LLMJudge):
+    """`sheet:NAME`: the LLM judge's prompts, answered in a JSONL sheet by a person or a judge cfbench cannot call.
+
+    Hand-written rather than a labelling tool's format: a row is one judge prompt and its answer, so the answers
+    go through the same parsing and quote check as an LLM's. The sheet is this judge's only store (no cache), so
+    an answer corrected in the sheet counts at the next audit. Only the prompts this audit asked can keep it
+    waiting; rows of questions a resumed run has since replaced stay in the sheet, unused."""
+
+    def __init__(self, identity: str, path: Path) -> None:
+        self.kind, self.identity, self.path = "sheet", identity, path
+        self.needed = self.sent = 0  # prompts asked, and those that had no answer yet
+        self.rows: dict[str, dict] = {}
+        self.asked: set[str] = set()
+        if path.is_file():
+            for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    if not isinstance(row["output"], str | None) or not isinstance(row["key"], str):
+                        raise TypeError
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    raise CfbenchError(
+                        f"{path}:{lineno}: not a sheet row; each line is {{key, prompt, max_tokens, output}}, output a string or null"
+                    ) from None
+                self.rows[row["key"]] = row
+
+    def describe(self) -> dict:
+        return {
+            "judge": self.kind,
+            "identity": self.identity,
+            "reference_tokens": REFERENCE_TOKENS,
+            "verdict_tokens": VERDICT_TOKENS,
+            "decoding": f"answers written into {self.path}",
+            "cache": str(self.path),
+        }
+
+    def _ask(self, prompts: list[str], max_tokens: int) -> list[str]:
+        keys = [JudgeCache.key(self.identity, p, max_tokens) for p in prompts]
+        for key, prompt in zip(keys, prompts):
+            self.rows.setdefault(key, {"key": key, "prompt": prompt, "max_tokens": max_tokens, "output": None})
+        self.asked.update(keys)
+        outputs = [self.rows[k]["output"] for k in keys]
+        self.needed += len(prompts)
+        self.sent += outputs.count(None)
+        return [out or "" for out in outputs]  # "" only while answers wait: require_answers stops before anything is written
+
+    def require_answers(self) -> None:
+        waiting = sum(self.rows[k]["output"] is None for k in self.asked)
+        if waiting:
+            jsonl.write_jsonl(self.path, self.rows.values())
+            raise AnswersWaiting([(waiting, self.path)])
 
 
 def documents(row: dict) -> list[str]:
@@ -418,7 +442,7 @@ def judge_for(
         weights = resolve(rest).weights_sha256
         return LLMJudge("hf", f"hf:{weights or rest}", _LocalChat(rest), JudgeCache(cache))
     if kind == "sheet" and re.fullmatch(r"[A-Za-z0-9_.-]+", rest):
-        return LLMJudge("sheet", spec, _Sheet(cache.parent / SHEET_FILE, spec), JudgeCache(cache))
+        return SheetJudge(spec, cache.parent / SHEET_FILE)
     raise CfbenchError(
         f"unknown --judge {spec!r}; use openai:MODEL@URL, openai:MODEL (hosted), hf:MODEL_OR_DIR, sheet:NAME (letters, digits, ._-) "
         "or reference"

@@ -82,6 +82,10 @@ def replay(
 ) -> dict:
     from cfbench.training.core.learner import checkpoints  # with torch and accelerate: not at CLI import
 
+    if (judged_by := judge.describe())["judge"] == "sheet":  # each round of written answers would train every variant again
+        raise CfbenchError(
+            f"--judge {judged_by['identity']!r} is for cfbench audit; replay needs a judge it can call (openai:, hf: or reference)"
+        )
     config = run_config(run)
     bank = load_bank(run, n)
     text = jsonl_text(bank)

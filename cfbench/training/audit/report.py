@@ -3,7 +3,7 @@
 Written to the report directory:
     audit.md / audit.csv     T_P, T_S, A, F, L and coverage per treatment and round (mean of step rates),
                              with admitted questions / source tasks and resolved pairs / pairs, and the
-                             run's rates pooled over all its pairs;
+                             run's rates pooled over all its pairs (round "all");
                              audit.md also gives coverage and the rates per hop count, and per label
                              provenance (solver with / without same-source history, proposer), over each run
     steps.csv                the same per step
@@ -71,10 +71,13 @@ def rate_tables(records: list[dict]) -> tuple[str, str, str]:
                 f"{row['resolved_pairs']}/{row['pairs']} | " + " | ".join(_num(row[c]) for c in _COLUMNS) + " |"
             )
             rounds.append([name, row["round"], row["steps"], row["steps_with_pairs"], *(row[c] for c in (*_COUNTS, *_COLUMNS))])
-        whole = r["overall"]
+        whole = r["overall"] | {"tasks": sum(row["tasks"] for row in r["rounds"])}
         md.append(
-            f"| {name} | all (pooled) | | {whole['questions']}/{sum(row['tasks'] for row in r['rounds'])} | "
+            f"| {name} | all (pooled) | | {whole['questions']}/{whole['tasks']} | "
             f"{whole['resolved_pairs']}/{whole['pairs']} | " + " | ".join(_num(whole[c]) for c in _COLUMNS) + " |"
+        )
+        rounds.append(
+            [name, "all", len(r["steps"]), sum(row["steps_with_pairs"] for row in r["rounds"]), *(whole[c] for c in (*_COUNTS, *_COLUMNS))]
         )
         for row in r["steps"]:
             steps.append(
@@ -83,6 +86,7 @@ def rate_tables(records: list[dict]) -> tuple[str, str, str]:
                     row["step"],
                     row["round"],
                     row["phase"],
+                    row["tasks"],
                     row["questions"],
                     row["pairs"],
                     row["resolved_pairs"],
@@ -113,7 +117,7 @@ def rate_tables(records: list[dict]) -> tuple[str, str, str]:
     return (
         "\n".join(md) + "\n",
         _csv(["treatment", "round", "steps", "steps_with_pairs", *_COUNTS, *_COLUMNS], rounds),
-        _csv(["treatment", "step", "round", "phase", "questions", "pairs", "resolved_pairs", *_COLUMNS], steps),
+        _csv(["treatment", "step", "round", "phase", "tasks", "questions", "pairs", "resolved_pairs", *_COLUMNS], steps),
     )
 
 
