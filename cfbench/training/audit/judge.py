@@ -240,9 +240,11 @@ class LLMJudge:
             "identity": self.identity,
             "reference_tokens": REFERENCE_TOKENS,
             "verdict_tokens": VERDICT_TOKENS,
-            "decoding": "greedy (temperature 0)",
-            "cache": str(self.cache.path),
+            **self._answers_from(),
         }
+
+    def _answers_from(self) -> dict:
+        return {"decoding": "greedy (temperature 0)", "cache": str(self.cache.path)}
 
     def require_answers(self) -> None:
         """A judge that is called never waits for answers."""
@@ -307,15 +309,8 @@ class SheetJudge(LLMJudge):
                     ) from None
                 self.rows[row["key"]] = row
 
-    def describe(self) -> dict:
-        return {
-            "judge": self.kind,
-            "identity": self.identity,
-            "reference_tokens": REFERENCE_TOKENS,
-            "verdict_tokens": VERDICT_TOKENS,
-            "decoding": f"answers written into {self.path}",
-            "cache": str(self.path),
-        }
+    def _answers_from(self) -> dict:
+        return {"decoding": f"answers written into {self.path}", "cache": str(self.path)}
 
     def _ask(self, prompts: list[str], max_tokens: int) -> list[str]:
         keys = [JudgeCache.key(self.identity, p, max_tokens) for p in prompts]
