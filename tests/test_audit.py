@@ -248,7 +248,9 @@ def test_report_tables_plot_and_cost_ratios(tmp_path):
     assert costs["dr-zero"]["cpu_hours"] == 60 / 3600 and costs["msv"]["ratio_to_dr_zero"]["cpu_hours"] == pytest.approx(2.5)
     assert "| 0.0417 (2.50x) | cpu |" in (tmp_path / "report" / "cost.md").read_text()
     rows = (tmp_path / "report" / "steps.csv").read_text().splitlines()
-    assert rows[0].startswith("treatment,step,round,phase") and len(rows) == 1 + 6
+    assert rows[0].startswith("treatment,step,round,phase,tasks,questions") and len(rows) == 1 + 6
+    # the csv carries the same pooled row: 3 steps (2 with resolved pairs), 6 tasks, 5 admitted, 15 of 25 pairs resolved
+    assert "\ndr-zero,all,3,2,6,5,25,15,0.333" in (tmp_path / "report" / "audit.csv").read_text()
 
 
 def test_a_run_without_cpu_time_has_no_cpu_hours_and_a_multi_process_one_counts_every_device(tmp_path):
