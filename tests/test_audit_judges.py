@@ -180,7 +180,43 @@ def test_sheet_judge_waits_only_on_what_it_asked_leaves_its_output_alone_and_col
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != "sheet.jsonl"} == before
 
 
-def test_sheet_judge_refuses_a_torn_sheet_a_bad_name_and_replay(tmp_path):
+def test_sheet_judge_copies_answers_to_the_same_prompts_from_another_runs_sheet(tmp_path):
+    donor = make_run(tmp_path / "donor", cases=CASES)
+    donor_sheet = donor / "judged" / "sheet-annotator" / "sheet.jsonl"
+    CliRunner().invoke(main, ["audit", str(donor), "--judge", "sheet:annotator"])
+    paris = "<quote>Paris is the capital of France.</quote><reference>Paris</reference>"
+    assert _fill(donor_sheet, lambda row: paris if "France" in row["prompt"] else "<reference>unresolved</reference>") == 2
+    CliRunner().invoke(main, ["audit", str(donor), "--judge", "sheet:annotator"])
+    assert _fill(donor_sheet, lambda row: "No") == 1  # the verdict on "Lyon"
+    # a run sharing the Paris question (same source, same responses) and asking a new one
+    seine = row(2, 1, 0, "paris", "Paris", ["Paris"], "Where is the Seine?")
+    run = make_run(tmp_path / "run", cases={1: CASES[1], 2: [seine]})
+    sheet = run / "judged" / "sheet-annotator" / "sheet.jsonl"
+    audit = ["audit", str(run), "--judge", "sheet:annotator", "--answers-from", str(donor)]
+    first = CliRunner().invoke(main, audit)
+    assert first.exit_code == 2 and "judge prompts without an answer: 1, in" in first.stderr  # only the Seine's reference
+    rows = [json.loads(x) for x in sheet.read_text().splitlines()]
+    assert [(r["output"], r.get("copied_from")) for r in rows if "capital of France?" in r["prompt"]] == [
+        (paris, str(donor_sheet)),
+        ("No", str(donor_sheet)),
+    ]
+    assert _fill(sheet, lambda row: "<reference>unresolved</reference>") == 1
+    assert CliRunner().invoke(main, ["audit", str(run), "--judge", "sheet:annotator"]).exit_code == 0  # the copies are in its sheet
+    judged = json.loads((run / "judged" / "sheet-annotator" / "step-1.jsonl").read_text())
+    assert [(r["correct"], r["by"]) for r in judged["responses"]] == [(True, "label"), (False, "judge")]
+    # a run asking only what the donor answered finishes at once, its sheet written all the same
+    twin = make_run(tmp_path / "twin", cases=CASES)
+    assert CliRunner().invoke(main, ["audit", str(twin), "--judge", "sheet:annotator", "--answers-from", str(donor)]).exit_code == 0
+    copies = [json.loads(x) for x in (twin / "judged" / "sheet-annotator" / "sheet.jsonl").read_text().splitlines()]
+    assert len(copies) == 3 and {r["copied_from"] for r in copies} == {str(donor_sheet)}
+    # only a sheet judge borrows, and only from a sheet that exists
+    result = CliRunner().invoke(main, ["audit", str(run), "--judge", "reference", "--answers-from", str(donor)])
+    assert result.exit_code == 2 and "--answers-from is for sheet:NAME judges, not --judge 'reference'" in result.stderr
+    result = CliRunner().invoke(main, ["audit", str(run), "--judge", "sheet:other", "--answers-from", str(donor)])
+    assert result.exit_code == 2 and f"{donor / 'judged' / 'sheet-other' / 'sheet.jsonl'}: no such sheet" in result.stderr
+
+
+def test_sheet_judge_refuses_a_torn_sheet_and_a_bad_name(tmp_path):
     run = make_run(tmp_path / "run", cases=CASES)
     sheet = run / "judged" / "sheet-x" / "sheet.jsonl"
     sheet.parent.mkdir(parents=True)
@@ -189,7 +225,3 @@ def test_sheet_judge_refuses_a_torn_sheet_a_bad_name_and_replay(tmp_path):
     assert result.exit_code == 2 and f"{sheet}:1: not a sheet row" in result.stderr
     with pytest.raises(CfbenchError, match="sheet:NAME"):
         judge_for("sheet:a/b", run / "corpus.jsonl", tmp_path / CACHE_FILE)
-    result = CliRunner().invoke(
-        main, ["replay", str(run), "--bank", "1", "--feedback", "coupled", "--judge", "sheet:x", "--out", str(tmp_path / "r")]
-    )
-    assert result.exit_code == 2 and "is for cfbench audit; replay needs a judge it can call" in result.stderr

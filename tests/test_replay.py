@@ -15,7 +15,8 @@ import pytest
 
 from cfbench.harness.errors import CfbenchError
 from cfbench.training.audit import replay as replay_mod
-from cfbench.training.audit.judge import GoldJudge
+from cfbench.training.audit.audit import CACHE_FILE, audit_run
+from cfbench.training.audit.judge import AnswersWaiting, GoldJudge, judge_for
 from cfbench.training.audit.replay import replay
 from cfbench.training.core.answers import matches
 from tests.audit_runs import make_run, row
@@ -30,7 +31,16 @@ BANK = {
         row(2, 1, 2, "moon", None, []),
     ],  # rejected: not in the bank
     4: [
-        row(4, 2, 0, "nile", "north", [], "Which way does the Nile flow?"),
+        row(
+            4,
+            2,
+            0,
+            "nile",
+            "north",
+            [],
+            "Which way does the Nile flow?",
+            evidence=[{"id": "delta", "contents": '"Delta"\nThe delta is in Egypt.'}],
+        ),
         row(4, 2, 1, "paris", "Lyon", [], "Where is the Louvre?"),
     ],  # round 2's second: the first N would take it
     6: [row(6, 3, 0, "moon", "Apollo 11", [], "Which mission landed on the Moon?")],
@@ -111,3 +121,46 @@ def test_bank_errors(replayed):
         replay(run, 6, ["source-id"], GoldJudge(run / "corpus.jsonl"), out, epochs=1)
     with pytest.raises(CfbenchError, match="holds another bank"):
         replay(run, 3, ["source-id"], GoldJudge(run / "corpus.jsonl"), out, epochs=1)
+
+
+def _answer(sheet, answer) -> int:
+    """Write answer(row) into every row of a sheet still waiting; returns how many."""
+    rows = [json.loads(line) for line in sheet.read_text().splitlines()]
+    for r in (waiting := [r for r in rows if r["output"] is None]):
+        r["output"] = answer(r)
+    sheet.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return len(waiting)
+
+
+@pytest.mark.slow
+def test_a_sheet_judge_reuses_the_audits_references_and_waits_without_training_again(replayed, tmp_path, monkeypatch):
+    run = shutil.copytree(replayed[0], tmp_path / "run")
+    audited = run / "judged" / "sheet-annotator"
+    with pytest.raises(AnswersWaiting):  # the run's audit asks its references first
+        audit_run(run, judge_for("sheet:annotator", run / "corpus.jsonl", audited / CACHE_FILE), audited)
+    paris = "<quote>Paris is the capital of France.</quote><reference>Paris</reference>"
+
+    def known(r):  # the Moon's reference is left for later
+        return None if "Moon" in r["prompt"] else paris if "capital of France?" in r["prompt"] else "<reference>unresolved</reference>"
+
+    assert _answer(audited / "sheet.jsonl", known)
+
+    out = tmp_path / "replay"
+    judge = judge_for("sheet:annotator", run / "corpus.jsonl", out / CACHE_FILE)
+    judge.borrow([audited / "sheet.jsonl"])
+    with pytest.raises(AnswersWaiting, match=f"judge prompts without an answer: 1, in {out / 'sheet.jsonl'}"):
+        replay(run, 4, ["source-id"], judge, out, epochs=1)
+    assert (out / "source-id.feedback.json").is_file() and not (out / "source-id.json").exists()
+    rows = [json.loads(x) for x in (out / "sheet.jsonl").read_text().splitlines()]
+    # the bank's questions ask the audit's own reference prompts, the Nile's with the proposer's passage
+    assert [r.get("copied_from") for r in rows] == [str(audited / "sheet.jsonl")] * 3 + [None]
+    assert '[P1] Retrieved passage: (Title: "Delta") The delta is in Egypt.' in rows[2]["prompt"] and "Moon" in rows[3]["prompt"]
+
+    def no_training(*args):
+        raise AssertionError("the feedback solvers were trained again")
+
+    monkeypatch.setattr(replay_mod, "feedback", no_training)
+    assert _answer(out / "sheet.jsonl", lambda r: "<reference>unresolved</reference>") == 1
+    result = replay(run, 4, ["source-id"], judge_for("sheet:annotator", run / "corpus.jsonl", out / CACHE_FILE), out, epochs=1)
+    source_id = result["variants"]["source-id"]
+    assert (source_id["pairs"], source_id["resolved_pairs"], source_id["T_P"], source_id["T_S"]) == (8, 2, 1.0, 0.0)

@@ -11,7 +11,8 @@ from cfbench.training.audit.replay import VARIANTS
 
 _JUDGE_HELP = (
     "openai:MODEL@URL (an OpenAI-compatible server), openai:MODEL (the hosted OpenAI API), hf:MODEL_OR_DIR (in process), "
-    "sheet:NAME (answers NAME writes into RUN/judged/sheet-NAME/sheet.jsonl; audit only) or reference (gold answers in the corpus)."
+    "sheet:NAME (answers NAME writes into sheet.jsonl: RUN/judged/sheet-NAME/ for audit, --out for replay) "
+    "or reference (gold answers in the corpus)."
 )
 _RUN = click.Path(exists=True, file_okay=False, path_type=Path)
 
@@ -28,6 +29,29 @@ def _openai_judge_options(command):
         "--reasoning-effort", default=None, help="openai: judge reasoning effort for reasoning models (e.g. minimal, low, medium, high)."
     )(command)
     return click.option("--api-key", default=None, help="openai: judge key [default: $OPENAI_API_KEY; none for a local server].")(command)
+
+
+def _answers_from_option(command):
+    return click.option(
+        "--answers-from",
+        "donors",
+        multiple=True,
+        type=_RUN,
+        help="sheet: judges: answer prompts still open with what this judge wrote for the same prompts in RUN's audit sheet "
+        "(copied into this sheet, marked copied_from); repeat for several, the first listed first.",
+    )(command)
+
+
+def _borrow(judge, spec: str, donors: tuple[Path, ...], openai_settings: dict) -> None:
+    """Give a sheet judge the answers of other runs' audit sheets (--answers-from)."""
+    from cfbench.harness.errors import CfbenchError
+    from cfbench.training.audit.judge import SHEET_FILE, SheetJudge, slug
+
+    if not donors:
+        return
+    if not isinstance(judge, SheetJudge):
+        raise CfbenchError(f"--answers-from is for sheet:NAME judges, not --judge {spec!r}")
+    judge.borrow([donor / "judged" / slug(spec, openai_settings["reasoning_effort"]) / SHEET_FILE for donor in donors])
 
 
 def _num(value: float | None) -> str:
@@ -51,9 +75,10 @@ def _judge(spec: str, run: Path, out: Path, openai_settings: dict):
     default=None,
     help="Directory for the tables, trajectory plot and cost report across RUNS [default, one run: its judged/JUDGE/].",
 )
+@_answers_from_option
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads for an hf judge (default: torch's).")
 @_openai_judge_options
-def audit_cmd(runs, spec, report, threads, **openai_settings) -> None:
+def audit_cmd(runs, spec, report, donors, threads, **openai_settings) -> None:
     """Judge self-evolution runs' saved steps: T_P, T_S, A, F, L per step and round, plots and costs.
 
     Each run's judgements go to RUN/judged/JUDGE/ (with the judge's cache: a rerun sends no request).
@@ -75,6 +100,7 @@ def audit_cmd(runs, spec, report, threads, **openai_settings) -> None:
         for run in runs:
             out = run / "judged" / slug(spec, openai_settings["reasoning_effort"])
             judge = _judge(spec, run, out, openai_settings)
+            _borrow(judge, spec, donors, openai_settings)
             with job_progress(f"{run}: judged", "step", fields={"last": ""}) as progress:
                 progress.start(len(saved_steps(run)), 0)
                 try:
@@ -84,7 +110,9 @@ def audit_cmd(runs, spec, report, threads, **openai_settings) -> None:
                     continue
             console.print(
                 f"{run}: {record['label']}, {len(record['steps'])} steps, judge requests {judge.needed} "
-                f"({judge.sent} sent, {judge.needed - judge.sent} from the cache) -> {out}",
+                f"({judge.sent} sent, {judge.needed - judge.sent} from the cache"
+                + (f", {judge.copied} of them copied from --answers-from" if donors else "")
+                + f") -> {out}",
                 highlight=False,
             )
             records.append(record)
@@ -118,9 +146,10 @@ def audit_cmd(runs, spec, report, threads, **openai_settings) -> None:
     show_default=True,
     help="Passes of the feedback solvers over their share of the bank.",
 )
+@_answers_from_option
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads (default: torch's).")
 @_openai_judge_options
-def replay_cmd(run, bank, variants, spec, out, epochs, threads, **openai_settings) -> None:
+def replay_cmd(run, bank, variants, spec, out, epochs, donors, threads, **openai_settings) -> None:
     """Replay saved questions and labels, varying only the feedback solver's training provenance; report F per variant."""
     from cfbench.training.audit.replay import replay
 
@@ -128,8 +157,9 @@ def replay_cmd(run, bank, variants, spec, out, epochs, threads, **openai_setting
         import torch
 
         torch.set_num_threads(threads)
-    with one_line_errors("finished variants and judge answers are kept; rerun the same command to continue"):
+    with one_line_errors("finished variants, the feedback solvers' answers and judge answers are kept; rerun the same command to continue"):
         judge = _judge(spec, run, out, openai_settings)
+        _borrow(judge, spec, donors, openai_settings)
         summary = replay(
             run,
             bank,

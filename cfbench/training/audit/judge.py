@@ -246,6 +246,10 @@ class LLMJudge:
     def _answers_from(self) -> dict:
         return {"decoding": "greedy (temperature 0)", "cache": str(self.cache.path)}
 
+    def waiting(self) -> int:
+        """Prompts asked that have no answer yet: none for a judge that is called."""
+        return 0
+
     def require_answers(self) -> None:
         """A judge that is called never waits for answers."""
 
@@ -293,21 +297,19 @@ class SheetJudge(LLMJudge):
     def __init__(self, identity: str, path: Path) -> None:
         self.kind, self.identity, self.path = "sheet", identity, path
         self.needed = self.sent = 0  # prompts asked, and those that had no answer yet
-        self.rows: dict[str, dict] = {}
+        self.rows = read_sheet(path)
         self.asked: set[str] = set()
-        if path.is_file():
-            for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                    if not isinstance(row["output"], str | None) or not isinstance(row["key"], str):
-                        raise TypeError
-                except (json.JSONDecodeError, KeyError, TypeError):
-                    raise CfbenchError(
-                        f"{path}:{lineno}: not a sheet row; each line is {{key, prompt, max_tokens, output}}, output a string or null"
-                    ) from None
-                self.rows[row["key"]] = row
+        self.borrowed: dict[str, tuple[str, Path]] = {}  # key -> (output, the other sheet that has it)
+        self.copied = 0
+
+    def borrow(self, sheets: list[Path]) -> None:
+        """Answer prompts this sheet has not answered with the answers other runs' sheets of this judge give the same
+        prompt (the key covers judge, prompt and budget), the first sheet listed first. A copied answer is written
+        into this sheet with `copied_from`, so this sheet stays the only store."""
+        for sheet in sheets:
+            for key, row in read_sheet(sheet, must_exist=True).items():
+                if row["output"] is not None:
+                    self.borrowed.setdefault(key, (row["output"], sheet))
 
     def _answers_from(self) -> dict:
         return {"decoding": f"answers written into {self.path}", "cache": str(self.path)}
@@ -315,18 +317,48 @@ class SheetJudge(LLMJudge):
     def _ask(self, prompts: list[str], max_tokens: int) -> list[str]:
         keys = [JudgeCache.key(self.identity, p, max_tokens) for p in prompts]
         for key, prompt in zip(keys, prompts):
-            self.rows.setdefault(key, {"key": key, "prompt": prompt, "max_tokens": max_tokens, "output": None})
+            row = self.rows.setdefault(key, {"key": key, "prompt": prompt, "max_tokens": max_tokens, "output": None})
+            if row["output"] is None and key in self.borrowed:
+                row["output"], sheet = self.borrowed[key]
+                row["copied_from"] = str(sheet)
+                self.copied += 1
         self.asked.update(keys)
         outputs = [self.rows[k]["output"] for k in keys]
         self.needed += len(prompts)
         self.sent += outputs.count(None)
         return [out or "" for out in outputs]  # "" only while answers wait: require_answers stops before anything is written
 
+    def waiting(self) -> int:
+        return sum(self.rows[k]["output"] is None for k in self.asked)
+
     def require_answers(self) -> None:
-        waiting = sum(self.rows[k]["output"] is None for k in self.asked)
-        if waiting:
+        waiting = self.waiting()
+        if waiting or self.copied:
             jsonl.write_jsonl(self.path, self.rows.values())
+        if waiting:
             raise AnswersWaiting([(waiting, self.path)])
+
+
+def read_sheet(path: Path, must_exist: bool = False) -> dict[str, dict]:
+    """A sheet judge's rows by key ({} for a sheet not yet written, unless it must exist)."""
+    if not path.is_file():
+        if must_exist:
+            raise CfbenchError(f"{path}: no such sheet; --answers-from takes runs audited with the same sheet: judge")
+        return {}
+    rows = {}
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            if not isinstance(row["output"], str | None) or not isinstance(row["key"], str):
+                raise TypeError
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise CfbenchError(
+                f"{path}:{lineno}: not a sheet row; each line is {{key, prompt, max_tokens, output}}, output a string or null"
+            ) from None
+        rows[row["key"]] = row
+    return rows
 
 
 def documents(row: dict) -> list[str]:
@@ -374,6 +406,10 @@ class GoldJudge:
 
     def references(self, rows: list[dict]) -> list[Reference]:
         return [self._reference(r) for r in rows]
+
+    def waiting(self) -> int:
+        """Gold answers never wait."""
+        return 0
 
     def require_answers(self) -> None:
         """Gold answers never wait."""

@@ -20,7 +20,13 @@ bank questions after its latest checkpoint), same-source and full-data, 0.0 for 
 half-budget, about half for random-split (one source's questions land in both folds). Sampling is seeded by
 (seed, update, solver), so a rerun gives the same numbers; a finished variant is kept, not redone.
 
-Output in --out: bank.jsonl, VARIANT.json (settings, rates, judged responses), replay.json and replay.md.
+The judge reads what the audit's judge reads (the source and the proposer's retrieved passages), so a
+`sheet:` judge's reference prompts are the audit's own (`--answers-from RUN` reuses them). A sheet judge
+stops with the prompts of every variant written into its sheet; the trained solvers' answers are kept
+(VARIANT.feedback.json), so the same command goes on without training them again.
+
+Output in --out: bank.jsonl, VARIANT.feedback.json (the feedback solvers' answers and updates), VARIANT.json
+(settings, rates, judged responses), replay.json and replay.md.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ VARIANTS = {  # variant -> (CrossFit control, auxiliary budget) that routes and 
     "source-id": ("none", "full"),
     "half-budget": ("none", "half"),
 }
-REPLAY_VERSION = 2
+REPLAY_VERSION = 3  # 3: the bank carries the proposer's retrieved passages, which the judge reads
 
 
 def load_bank(run: Path, n: int) -> list[dict]:
@@ -61,6 +67,7 @@ def load_bank(run: Path, n: int) -> list[dict]:
             "hops": r["hops"],
             "question": r["draft_question"],
             "label": r["adopted_label"],
+            "evidence": r.get("evidence", []),
         }
         for step, rows in saved_steps(run)
         for r in rows
@@ -82,19 +89,28 @@ def replay(
 ) -> dict:
     from cfbench.training.core.learner import checkpoints  # with torch and accelerate: not at CLI import
 
-    if (judged_by := judge.describe())["judge"] == "sheet":  # each round of written answers would train every variant again
-        raise CfbenchError(
-            f"--judge {judged_by['identity']!r} is for cfbench audit; replay needs a judge it can call (openai:, hf: or reference)"
-        )
     config = run_config(run)
     bank = load_bank(run, n)
     text = jsonl_text(bank)
     saved = out_dir(out, "--out") / "bank.jsonl"
     if saved.is_file() and saved.read_text(encoding="utf-8") != text:
-        raise CfbenchError(f"{saved} holds another bank (another run or --bank); choose a new --out")
+        raise CfbenchError(f"{saved} holds another bank (another run, --bank or replay version); choose a new --out")
     write_atomic(saved, text)
     folds = json.loads((run / FOLDS_FILE).read_text())["folds"] if (run / FOLDS_FILE).is_file() else {}
-    results = {}
+    results, waiting = {}, {}
+
+    def finish(variant: str, scored: dict, rows: list[dict]) -> None:
+        trained = [r["scorer_provenance"]["trained_on_this_source"] for r in rows]
+        results[variant] = {
+            "settings": scored["settings"] | {"judge": judge.describe()["identity"]},
+            **rates(rows),
+            "updates": scored["updates"],
+            "scorer_trained_on_source": sum(trained) / len(trained),
+            "judged": rows,
+        }
+        write_atomic(out / f"{variant}.json", dumps(results[variant]) + "\n")
+        on_variant(variant, results[variant])
+
     for variant in variants:
         settings = {
             "replay_version": REPLAY_VERSION,
@@ -102,25 +118,27 @@ def replay(
             "epochs": epochs,
             "run": str(run.resolve()),
             "bank_sha256": hashlib.sha256(text.encode()).hexdigest(),
-            "judge": judge.describe()["identity"],
             "checkpoints": [p.name for _, p in checkpoints(run)] if variant == "coupled" else None,
         }  # a resumed run: coupled again
-        kept = _finished(out / f"{variant}.json", settings)
-        if kept:
+        if kept := _finished(out / f"{variant}.json", settings | {"judge": judge.describe()["identity"]}):
             results[variant] = kept
-        else:
+            on_variant(variant, kept)
+            continue
+        # the trained solvers' answers are kept apart from the judging: a judge that waits (sheet:) or fails does not retrain them
+        scored = _finished(out / f"{variant}.feedback.json", settings)
+        if not scored:
             rows, updates = feedback(run, config, bank, folds, variant, epochs)
-            judged = judge_rows(rows, judge)
-            trained = [r["scorer_provenance"]["trained_on_this_source"] for r in rows]
-            results[variant] = {
-                "settings": settings,
-                **rates(judged),
-                "updates": updates,
-                "scorer_trained_on_source": sum(trained) / len(trained),
-                "judged": judged,
-            }
-            write_atomic(out / f"{variant}.json", dumps(results[variant]) + "\n")
-        on_variant(variant, results[variant])
+            scored = {"settings": settings, "updates": updates, "rows": rows}
+            write_atomic(out / f"{variant}.feedback.json", dumps(scored) + "\n")
+        judged = judge_rows(scored["rows"], judge)
+        if judge.waiting():  # a sheet judge: judged once every variant's prompts are answered
+            waiting[variant] = scored
+        else:
+            finish(variant, scored, judged)
+    judge.require_answers()  # the prompts of every variant, in one pass
+    for variant, scored in waiting.items():
+        finish(variant, scored, judge_rows(scored["rows"], judge))
+    results = {v: results[v] for v in variants}
     summary = {
         "run": str(run.resolve()),
         "bank": n,
@@ -187,6 +205,7 @@ def feedback(
     tasks = [Task(b["task_id"], b["source_id"], b["source"], b["hops"]) for b in bank]
     labels = {b["task_id"]: b["label"] for b in bank}
     questions = {b["task_id"]: b["question"] for b in bank}
+    evidence = {b["task_id"]: b["evidence"] for b in bank}
     fold = {t.id: crossfit.fold(t, {t.source_id: int(folds.get(t.source_id, fold_of(t.source_id)))}, control) for t in tasks}
     names = ["main"] if budget == "none" else crossfit.solvers(True, control)[1:]  # the feedback solvers
     accelerator = accelerator_for_training()
@@ -240,6 +259,7 @@ def feedback(
                 "source": t.contents,
                 "hops": t.hops,
                 "draft_question": questions[t.id],
+                "evidence": evidence[t.id],
                 "adopted_label": labels[t.id],
                 "admitted": True,
                 "fold": fold[t.id],
