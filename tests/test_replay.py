@@ -102,7 +102,7 @@ def test_false_agreement_counted_from_the_judged_answers(replayed):
 
 
 @pytest.mark.slow
-def test_finished_variants_are_kept_on_rerun(replayed, monkeypatch):
+def test_finished_variants_are_kept_on_rerun(replayed, tmp_path, monkeypatch):
     run, out, summary = replayed
 
     def no_training(*args):
@@ -110,6 +110,11 @@ def test_finished_variants_are_kept_on_rerun(replayed, monkeypatch):
 
     monkeypatch.setattr(replay_mod, "feedback", no_training)
     assert replay(run, 4, VARIANTS[:2], GoldJudge(run / "corpus.jsonl"), out, epochs=1)["variants"] == {
+        k: summary["variants"][k] for k in VARIANTS[:2]
+    }
+    # a clone elsewhere (another machine's checkout) keeps them too
+    moved, moved_out = shutil.copytree(run, tmp_path / "run"), shutil.copytree(out, tmp_path / "out")
+    assert replay(moved, 4, VARIANTS[:2], GoldJudge(moved / "corpus.jsonl"), moved_out, epochs=1)["variants"] == {
         k: summary["variants"][k] for k in VARIANTS[:2]
     }
 

@@ -116,7 +116,7 @@ def replay(
             "replay_version": REPLAY_VERSION,
             "variant": variant,
             "epochs": epochs,
-            "run": str(run.resolve()),
+            "run_config_sha256": hashlib.sha256((run / "config.json").read_bytes()).hexdigest(),  # not its path: a clone elsewhere resumes
             "bank_sha256": hashlib.sha256(text.encode()).hexdigest(),
             "checkpoints": [p.name for _, p in checkpoints(run)] if variant == "coupled" else None,
         }  # a resumed run: coupled again
