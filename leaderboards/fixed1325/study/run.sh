@@ -2,7 +2,7 @@
 # The 135M study's remaining work, in order, each piece resumed where it stopped and skipped when done
 # (STUDY.md). Run from the repository root with the project's venv activated, in the background:
 #   . .venv/bin/activate && nohup nice -n 10 leaderboards/fixed1325/study/run.sh >> runs/study.log 2>&1 &
-# Arguments pick pieces and their order instead of the whole list, e.g. `run.sh train:crossfit eval:msv`
+# Arguments pick pieces (eval:T, train:T, replay) and their order instead of the whole list, e.g. `run.sh train:crossfit eval:msv`
 # (a sitting with about 2 hours left trains first: an evaluation can stop anywhere, a training cannot).
 # First the fixed1325 evaluations of the finished trainings (unfinished ones live in
 # leaderboards/fixed1325/pending/, a few MB of text, so a sitting can stop anywhere), then the
@@ -42,14 +42,23 @@ train() {
   cfbench train --treatment "$t" --scale cpu --out "$out" --threads 2 $([ -f "$out/config.json" ] && echo --resume)
 }
 
+replay() {  # the fixed-bank replay of the Dr. Zero run: every question its solver steps admitted, judged by the sheet
+  # (references copied from the run's audit sheet); a variant trained is kept, so a stop anywhere loses at most one
+  cfbench replay "$study/dr-zero" --bank 47 --feedback coupled --feedback source-id --feedback same-source \
+    --feedback full-data --feedback random-split --feedback half-budget --judge sheet:claude-sessions \
+    --answers-from "$study/dr-zero" --out "$study/replay" --threads 2 ||
+    echo "run.sh: replay stopped (above: judge prompts waiting in $study/replay/sheet.jsonl, or an error)"
+}
+
 if [ $# -eq 0 ]; then
   set -- eval:dr-zero eval:msv eval:search-r1 eval:crossfit eval:msv-crossfit \
-    train:msv eval:msv train:crossfit eval:crossfit train:msv-crossfit eval:msv-crossfit train:search-r1 eval:search-r1
+    train:msv eval:msv train:crossfit eval:crossfit train:msv-crossfit eval:msv-crossfit train:search-r1 eval:search-r1 replay
 fi
 for piece in "$@"; do
   case $piece in
     eval:*) evaluate "${piece#eval:}" ;;
     train:*) train "${piece#train:}" ;;
-    *) echo "run.sh: '$piece' is neither eval:TREATMENT nor train:TREATMENT" >&2; exit 2 ;;
+    replay) replay ;;
+    *) echo "run.sh: '$piece' is neither eval:TREATMENT, train:TREATMENT nor replay" >&2; exit 2 ;;
   esac
 done
