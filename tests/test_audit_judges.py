@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from cfbench.cli import main
 from cfbench.harness.errors import CfbenchError
 from cfbench.training.audit.audit import CACHE_FILE, audit_run
-from cfbench.training.audit.judge import Reference, Verdict, judge_for, parse_reference, slug
+from cfbench.training.audit.judge import AnswersWaiting, JudgeCache, Reference, Verdict, judge_for, parse_reference, slug
 from tests.audit_runs import CORPUS, SOURCES, make_run, row
 from tests.openai_stub import openai_stub
 from tests.servers import cli_server
@@ -214,6 +214,18 @@ def test_sheet_judge_copies_answers_to_the_same_prompts_from_another_runs_sheet(
     assert result.exit_code == 2 and "--answers-from is for sheet:NAME judges, not --judge 'reference'" in result.stderr
     result = CliRunner().invoke(main, ["audit", str(run), "--judge", "sheet:other", "--answers-from", str(donor)])
     assert result.exit_code == 2 and f"{donor / 'judged' / 'sheet-other' / 'sheet.jsonl'}: no such sheet" in result.stderr
+
+
+def test_sheet_judge_keeps_answers_written_while_it_ran(tmp_path):
+    sheet = tmp_path / "sheet.jsonl"
+    judge = judge_for("sheet:annotator", tmp_path / "corpus.jsonl", tmp_path / CACHE_FILE)
+    judge._ask(["Is it?", "Is it not?"], 8)  # a replay asks, then trains the next variant for hours
+    # meanwhile the annotator answers what an earlier run wrote into the sheet
+    first = {"key": JudgeCache.key("sheet:annotator", "Is it?", 8), "prompt": "Is it?", "max_tokens": 8, "output": "yes"}
+    sheet.write_text(json.dumps(first) + "\n")
+    with pytest.raises(AnswersWaiting):  # this run judged without that answer: the next one uses it
+        judge.require_answers()
+    assert [json.loads(x)["output"] for x in sheet.read_text().splitlines()] == ["yes", None]
 
 
 def test_sheet_judge_refuses_a_torn_sheet_and_a_bad_name(tmp_path):

@@ -102,7 +102,7 @@ def test_false_agreement_counted_from_the_judged_answers(replayed):
 
 
 @pytest.mark.slow
-def test_finished_variants_are_kept_on_rerun(replayed, tmp_path, monkeypatch):
+def test_trained_variants_are_kept_on_rerun(replayed, tmp_path, monkeypatch):
     run, out, summary = replayed
 
     def no_training(*args):

@@ -138,7 +138,7 @@ def audit_cmd(runs, spec, report, donors, threads, **openai_settings) -> None:
     help="Feedback solver provenance; repeat for several.",
 )
 @click.option("--judge", "spec", default="reference", show_default=True, help=_JUDGE_HELP)
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="Replay directory (kept variants are not redone).")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Replay directory, one per judge (trained variants are kept).")
 @click.option(
     "--epochs",
     type=click.IntRange(min=1),

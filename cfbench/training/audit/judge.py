@@ -334,8 +334,12 @@ class SheetJudge(LLMJudge):
     def require_answers(self) -> None:
         waiting = self.waiting()
         if waiting or self.copied:
+            # answers written into the sheet since this judge read it (a replay trains for hours) are kept, not overwritten
+            for key, row in read_sheet(self.path).items():
+                if key not in self.rows or row["output"] is not None:
+                    self.rows[key] = row
             jsonl.write_jsonl(self.path, self.rows.values())
-        if waiting:
+        if waiting:  # what this judge used had no answer: the next run judges with the sheet as it is then
             raise AnswersWaiting([(waiting, self.path)])
 
 

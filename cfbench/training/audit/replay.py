@@ -18,7 +18,7 @@ The audit judge then gives T_P, T_S, A, F (false agreement) and L per variant ov
 share of scored questions whose scorer had trained on that question's source: 1.0 for coupled (up to
 bank questions after its latest checkpoint), same-source and full-data, 0.0 for source-id and
 half-budget, about half for random-split (one source's questions land in both folds). Sampling is seeded by
-(seed, update, solver), so a rerun gives the same numbers; a finished variant is kept, not redone.
+(seed, update, solver), so a rerun gives the same numbers; a variant's trained answers are kept, not redone.
 
 The judge reads what the audit's judge reads (the source and the proposer's retrieved passages), so a
 `sheet:` judge's reference prompts are the audit's own (`--answers-from RUN` reuses them). A sheet judge
@@ -97,7 +97,7 @@ def replay(
         raise CfbenchError(f"{saved} holds another bank (another run, --bank or replay version); choose a new --out")
     write_atomic(saved, text)
     folds = json.loads((run / FOLDS_FILE).read_text())["folds"] if (run / FOLDS_FILE).is_file() else {}
-    results, waiting = {}, {}
+    results = {}
 
     def finish(variant: str, scored: dict, rows: list[dict]) -> None:
         trained = [r["scorer_provenance"]["trained_on_this_source"] for r in rows]
@@ -120,25 +120,17 @@ def replay(
             "bank_sha256": hashlib.sha256(text.encode()).hexdigest(),
             "checkpoints": [p.name for _, p in checkpoints(run)] if variant == "coupled" else None,
         }  # a resumed run: coupled again
-        if kept := _finished(out / f"{variant}.json", settings | {"judge": judge.describe()["identity"]}):
-            results[variant] = kept
-            on_variant(variant, kept)
-            continue
-        # the trained solvers' answers are kept apart from the judging: a judge that waits (sheet:) or fails does not retrain them
+        # the trained solvers' answers are kept and judged again on every run (a corrected sheet answer counts;
+        # cached and sheet judges ask nothing twice), so a judge that waits or fails never costs a retraining
         scored = _finished(out / f"{variant}.feedback.json", settings)
         if not scored:
             rows, updates = feedback(run, config, bank, folds, variant, epochs)
             scored = {"settings": settings, "updates": updates, "rows": rows}
             write_atomic(out / f"{variant}.feedback.json", dumps(scored) + "\n")
         judged = judge_rows(scored["rows"], judge)
-        if judge.waiting():  # a sheet judge: judged once every variant's prompts are answered
-            waiting[variant] = scored
-        else:
+        if not judge.waiting():  # a sheet judge with prompts open: every variant's prompts are asked, then it stops
             finish(variant, scored, judged)
-    judge.require_answers()  # the prompts of every variant, in one pass
-    for variant, scored in waiting.items():
-        finish(variant, scored, judge_rows(scored["rows"], judge))
-    results = {v: results[v] for v in variants}
+    judge.require_answers()
     summary = {
         "run": str(run.resolve()),
         "bank": n,
