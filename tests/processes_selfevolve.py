@@ -11,6 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent.parent))  # the repository root: tests.* below
 
 from cfbench.harness.backends.tokens import PromptTokens  # noqa: E402
+from cfbench.training.core.learner import end_processes  # noqa: E402
 from cfbench.training.trainer import train  # noqa: E402
 from tests.test_selfevolve_run import ScriptedProposer, config  # noqa: E402
 
@@ -33,3 +34,4 @@ if __name__ == "__main__":
     # steps 2 and 3 sample the proposer's own text from its new weights.
     knobs = {"model": model, "prompts_per_step": 4, "learning_rate": 1e-2, **changes}
     train(config("crossfit", 3, 3) | knobs, out, proposer_engine=lambda step: UnevenProposer(tokens) if step == 1 else None)
+    end_processes()

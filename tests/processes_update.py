@@ -13,7 +13,7 @@ from safetensors.torch import save_file
 from transformers import AutoTokenizer
 
 from cfbench.training.core.episodes import Episode
-from cfbench.training.core.learner import accelerator_for_training, learner, restore, resume_from, save, saved_weights
+from cfbench.training.core.learner import accelerator_for_training, end_processes, learner, restore, resume_from, save, saved_weights
 from cfbench.training.core.policy_update import update
 from cfbench.training.treatments import load_config
 
@@ -44,3 +44,4 @@ if __name__ == "__main__":
         (out / "result").mkdir(exist_ok=True)
         save_file(weights, out / "result" / "weights.safetensors")
         (out / "result" / "stats.json").write_text(json.dumps({"grad_norm": stats.grad_norm}))
+    end_processes()

@@ -28,9 +28,10 @@ def launch(script: str, processes: int, *args: str, cache: Path | None = None) -
     command = [sys.executable, str(HERE / script), *args]
     if processes > 1:
         command[1:1] = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes)]  # a free port
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **({"CFBENCH_CACHE": str(cache)} if cache else {})}
+    # faulthandler: a process that aborts prints every thread's Python stack before torchrun's summary
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1", **({"CFBENCH_CACHE": str(cache)} if cache else {})}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stderr[-8000:]
 
 
 def updated(model: Path, out: Path, processes: int, changes: dict, updates: int = 1, mode: str = "") -> tuple[dict, float]:

@@ -82,6 +82,7 @@ def train_cmd(
     from accelerate import PartialState
 
     from cfbench.training.config.classes import RLConfig
+    from cfbench.training.core.learner import end_processes
     from cfbench.training.trainer import train
     from cfbench.training.treatments import load_config
 
@@ -124,6 +125,7 @@ def train_cmd(
             last = train(config, out, resume=resume, on_step=on_step)
         if PartialState().is_main_process:
             console.print(f"checkpoint: {last}  (score it: cfbench eval --ckpt {last} --suite mini --out runs/NAME)")
+        end_processes()
 
 
 def _warm_start(config: WarmStartConfig, out: Path, resume: bool, export: Path | None) -> None:

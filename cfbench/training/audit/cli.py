@@ -152,6 +152,7 @@ def audit_cmd(runs, spec, report, donors, threads, **openai_settings) -> None:
 def replay_cmd(run, bank, variants, spec, out, epochs, donors, threads, **openai_settings) -> None:
     """Replay saved questions and labels, varying only the feedback solver's training provenance; report F per variant."""
     from cfbench.training.audit.replay import replay
+    from cfbench.training.core.learner import end_processes
 
     if threads:
         import torch
@@ -173,3 +174,4 @@ def replay_cmd(run, bank, variants, spec, out, epochs, donors, threads, **openai
         )
         click.echo((out / "replay.md").read_text())
         console.print(f"replay: {out} ({len(summary['variants'])} variants)", highlight=False)
+        end_processes()

@@ -52,6 +52,29 @@ def accelerator_for_training():
     return Accelerator(cpu=not torch.cuda.is_available(), step_scheduler_with_optimizer=False)
 
 
+def end_processes() -> None:
+    """The last call of a job that may run in several processes: wait for all of them, take their process group down
+    and leave without the interpreter's finalization; alone (no process group), it returns.
+
+    Gloo's worker threads can still drop tensors during finalization and take the GIL from a dying interpreter, which
+    aborts the process ("terminate called without an active exception", SIGABRT; pytorch/pytorch#179291, #190489)
+    after its work is done, and torchrun then fails the whole job. Everything a run writes is written atomically
+    before this, so skipping finalization loses nothing: output streams are flushed first.
+    """
+    import sys
+
+    from accelerate import PartialState
+
+    state = PartialState()
+    if state.num_processes == 1:
+        return
+    state.wait_for_everyone()
+    state.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 @dataclass
 class Learner:
     model: object
