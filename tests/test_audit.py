@@ -264,12 +264,15 @@ def test_a_run_without_cpu_time_has_no_cpu_hours_and_a_multi_process_one_counts_
     assert run_cost(run, record)["wall_s"] == 108.0 and run_cost(run, record)["accelerator_hours"] == 8 * 108.0 / 3600
 
 
-def test_cli_audits_several_runs_into_one_report(tmp_path):
+def test_cli_audits_several_runs_into_one_report(tmp_path, monkeypatch):
     runs = [make_run(tmp_path / name, name) for name in ("dr-zero", "crossfit")]
+    monkeypatch.chdir(tmp_path)  # a repository's runs, audited from its root
     result = CliRunner().invoke(main, ["audit", *map(str, runs), "--judge", "reference", "--report", str(tmp_path / "report")])
     assert result.exit_code == 0, result.output
     assert "| crossfit | 1 | 2/2 | 4/5 | 15/20 | 0.250" in result.stdout
     assert (runs[1] / "judged" / "reference" / "audit.json").is_file() and (tmp_path / "report" / "cost.md").is_file()
+    record = json.loads((runs[1] / "judged" / "reference" / "audit.json").read_text())
+    assert record["run"] == "crossfit"  # as a clone anywhere else would write it, not this machine's absolute path
 
 
 @pytest.mark.parametrize(

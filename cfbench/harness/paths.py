@@ -40,3 +40,10 @@ def portable(path: Path) -> str:
 
 def from_portable(recorded: str) -> Path:
     return TASKS_DIR / recorded.removeprefix("tasks/") if recorded.startswith("tasks/") else Path(recorded)
+
+
+def shown(path: Path) -> str:
+    """A path as messages and reports show it: relative to the working directory when under it (a repository's own
+    runs, the same in any clone of it), else absolute."""
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(Path.cwd())) if resolved.is_relative_to(Path.cwd()) else str(resolved)

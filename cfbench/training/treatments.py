@@ -14,6 +14,7 @@ import dataclasses
 from pathlib import Path
 
 from cfbench.harness.errors import CfbenchError
+from cfbench.harness.paths import shown
 from cfbench.training.config.classes import SELF_EVOLUTION, TREATMENT_CONFIGS, SelfEvolutionConfig, TrainingConfig
 from cfbench.training.config.schema import parse, read_json
 from cfbench.training.selfevolve.sources import refuse_eval_corpus
@@ -42,11 +43,7 @@ def scales(treatment: str) -> list[str]:
 
 def config_file(path: Path, treatment: str) -> TrainingConfig:
     """A configs/NAME.SCALE.json file as `treatment`'s config class, as written (the self-evolution flags still unset)."""
-    return parse(TREATMENT_CONFIGS[treatment], read_json(path), _shown(path))
-
-
-def _shown(path: Path) -> str:
-    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+    return parse(TREATMENT_CONFIGS[treatment], read_json(path), shown(path))
 
 
 def load_config(
@@ -87,7 +84,7 @@ def load_config(
     try:
         config = dataclasses.replace(config, **changes)
     except CfbenchError as e:
-        raise CfbenchError(f"{_shown(path)} with the command line's settings: {e}") from None
+        raise CfbenchError(f"{shown(path)} with the command line's settings: {e}") from None
     if isinstance(config, SelfEvolutionConfig):
         refuse_eval_corpus(config)
     return config

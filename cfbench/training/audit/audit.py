@@ -27,6 +27,7 @@ from pathlib import Path
 
 from cfbench.harness import jsonl
 from cfbench.harness.errors import CfbenchError
+from cfbench.harness.paths import shown
 from cfbench.harness.runrecord import dumps, write_atomic
 from cfbench.training.audit.judge import Verdict
 from cfbench.training.config.classes import SelfEvolutionConfig, TrainingConfig, read_run_config
@@ -222,7 +223,7 @@ def audit_run(run: Path, judge, out: Path, on_step: Callable[[int], None] = lamb
         jsonl.write_jsonl(out / f"step-{step}.jsonl", judged)
     record = {
         "audit_version": AUDIT_VERSION,
-        "run": str(run.resolve()),
+        "run": shown(run),
         "treatment": config.treatment,
         "label": treatment_label(config),
         "config": to_json(config),

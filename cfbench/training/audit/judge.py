@@ -52,6 +52,7 @@ from pathlib import Path
 from cfbench.harness import jsonl
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.metrics import normalize, score
+from cfbench.harness.paths import portable
 from cfbench.harness.runrecord import write_atomic
 from cfbench.training.core.answers import matches
 
@@ -402,7 +403,7 @@ class GoldJudge:
         return {
             "judge": "reference",
             "identity": "reference",
-            "corpus": str(self.corpus),
+            "corpus": portable(self.corpus),
             "sources_with_gold": len(self.golds) + len(self.qa),
             "qa_match": self.QA_MATCH,
             "correct_if": "normalised exact match with any gold answer (of the matching gold question, for qa sources)",

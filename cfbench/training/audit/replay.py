@@ -40,6 +40,7 @@ import torch
 
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import dumps, jsonl_text, write_atomic
+from cfbench.harness.paths import shown
 from cfbench.training.audit.audit import RATES, judge_rows, out_dir, rates, run_config, saved_steps
 from cfbench.training.config.classes import SelfEvolutionConfig
 from cfbench.training.selfevolve import crossfit
@@ -132,7 +133,7 @@ def replay(
             finish(variant, scored, judged)
     judge.require_answers()
     summary = {
-        "run": str(run.resolve()),
+        "run": shown(run),
         "bank": n,
         "epochs": epochs,
         "judge": judge.describe(),

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from cfbench.harness.cli_output import console, one_line_errors
+from cfbench.harness.paths import shown
 
 _RUN = click.Path(exists=True, file_okay=False, path_type=Path)
 
@@ -54,7 +55,7 @@ def review_cmd(run, n, spec, seed, out) -> None:
         judged = run / "judged" / slug(spec)
         items = sample(judged, n, seed)
         out = out or judged / "review.html"
-        write_page(items, {"run": str(run.resolve()), "judge": spec, "sample": {"n": n, "seed": seed}}, out)
+        write_page(items, {"run": shown(run), "judge": spec, "sample": {"n": n, "seed": seed}}, out)
         console.print(f"review: {out} ({len(items)} questions, {sum(len(q['verdicts']) for q in items)} verdicts to mark)", highlight=False)
 
 
