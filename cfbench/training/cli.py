@@ -110,7 +110,8 @@ def train_cmd(
         if out is None:
             raise click.UsageError("Missing option '--out'.")
         if treatment == "warm-start":
-            return _warm_start(config, out, resume, export_adapter)
+            _warm_start(config, out, resume, export_adapter)
+            return end_processes()  # a warm start under torchrun ends as a GRPO run does
         if export_adapter is not None:
             raise CfbenchError(f"--export-adapter applies to --treatment warm-start, not {treatment!r}")
 

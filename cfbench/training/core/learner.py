@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -61,8 +62,6 @@ def end_processes() -> None:
     after its work is done, and torchrun then fails the whole job. Everything a run writes is written atomically
     before this, so skipping finalization loses nothing: output streams are flushed first.
     """
-    import sys
-
     from accelerate import PartialState
 
     state = PartialState()
