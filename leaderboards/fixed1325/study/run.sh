@@ -33,6 +33,7 @@ evaluate() {  # fixed1325 of a finished training's last checkpoint, into pending
   [ -f "$out/results.json" ] && return 0
   local last
   last=$(ls -d "$study/$t"/checkpoint-* | sort -t- -k2 -n | tail -1)
+  grep -qs "\"model\": \"$last\"" leaderboards/fixed1325/runs/*/results.json && return 0  # already published
   cfbench eval --ckpt "$last" --suite fixed1325 --out "$out" --threads 2 --batch-size 32 --linear torch $([ -f "$out/run.json" ] && echo --resume)
 }
 
