@@ -1,7 +1,7 @@
 """The data builders (cfbench/tasks/build_data.py, build_warmstart.py) on the small sources shipped in tests/fixtures/,
 cut from the original sources by tests/fixtures/cut_sources.py; and, marked `sources`, the full rebuild of every
 shipped file byte for byte from the original sources when CFBENCH_SOURCES names the folder holding them
-(`sources/` and `train_sources/`, e.g. CFBENCH_SOURCES=../shared/data; see README's Tests)."""
+(`sources/` and `train_sources/`, e.g. CFBENCH_SOURCES=../shared/data; docs/development.md, Tests)."""
 
 import gzip
 import json
