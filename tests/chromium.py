@@ -1,6 +1,6 @@
 """Headless Chromium driven over the DevTools protocol, for tests that open a generated page.
 
-Debian's `chromium` is required (apt-get install chromium); without it the test fails and says so.
+Debian's `chromium` is required (README's test command, scripts/test, installs it); without it the test fails and says so.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class Chromium:
     def __init__(self, profile: Path) -> None:
         binary = shutil.which("chromium")
         if binary is None:
-            raise AssertionError("chromium not found: install Debian's chromium (apt-get install chromium); .ci/run does this")
+            raise AssertionError("chromium not found: install Debian's chromium (apt-get install chromium); scripts/test does this")
         self.process = subprocess.Popen(
             [
                 binary,

@@ -1,6 +1,7 @@
 """Run by tests/test_training_processes.py, alone or under torchrun: updates of a role on a fixed batch with the config
 changes given (sharding, bf16, ...), optionally saved as checkpoint-N or continued from checkpoint-N; the main
-process writes the final weights and the last update's statistics to OUT/result.
+process writes the final weights and the last update's statistics to OUT/result, and a single process also the first
+update's gradients (what tests/tolerances.py sizes a tolerance by).
 
     [torchrun --nproc-per-node P] tests/processes_update.py MODEL OUT '{"knob": value, ...}' UPDATES [save|resume]
 """
@@ -16,6 +17,7 @@ from cfbench.training.core.episodes import Episode
 from cfbench.training.core.learner import accelerator_for_training, end_processes, learner, restore, resume_from, save, saved_weights
 from cfbench.training.core.policy_update import update
 from cfbench.training.treatments import load_config
+from tolerances import first_gradients
 
 
 def batch() -> list[Episode]:
@@ -44,4 +46,6 @@ if __name__ == "__main__":
         (out / "result").mkdir(exist_ok=True)
         save_file(weights, out / "result" / "weights.safetensors")
         (out / "result" / "stats.json").write_text(json.dumps({"grad_norm": stats.grad_norm}))
+    if world == 1 and updates == 1 and not start:
+        save_file(first_gradients(roles["main"].optimizer, model), out / "result" / "gradients.safetensors")
     end_processes()

@@ -65,3 +65,27 @@ def test_a_dangling_citation_is_caught():
     cite, old = "docs/protocol.md §", "protocol.md section"  # split so this file holds no citation of its own
     text = f"ok: {cite}2 and {cite}2.1.\nbroken: {cite}9, {cite}2.4\nold: {old}s 3 and 7; {old} 1"
     assert dangling(text, known) == [(2, "9"), (2, "2.4"), (3, "7")]
+
+
+README = REPO / "README.md"
+DATED = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def test_readme_is_user_documentation_without_measurement_logs():
+    text = README.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines: move reference material to docs/"
+    dated = [f"README.md:{i}: {line.strip()}" for i, line in enumerate(lines, 1) if DATED.search(line)]
+    assert not dated, "dated measurements belong in benchmarks/RESULTS.md: " + "; ".join(dated)
+    assert "git clone" in text and "cfbench eval --ckpt smollm2-135m-search --suite mini" in text
+    missing = [target for target in LINK.findall(text) if "://" not in target and not (REPO / target).exists()]
+    assert not missing, f"README.md links to files that do not exist: {missing}"
+    assert (REPO / "LICENSE").read_text().lstrip().startswith("Apache License") and (REPO / "CITATION.cff").is_file()
+
+
+def test_ci_runs_readmes_test_command_exactly():
+    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
+    command = next(block.strip() for block in blocks if "scripts/test" in block)
+    ci = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines() if line.strip() and not line.startswith("#")]
+    assert ci[-1] == command == "./scripts/test"  # the last thing CI does is what README tells a user to run

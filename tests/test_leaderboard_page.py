@@ -1,7 +1,7 @@
 """index.html opened in headless Chromium from disk: the numbers it shows are results.json's,
 clicking a column header sorts the rows, ten runs fit a 1280 px window with no overlapping chart
 labels, and a benchmark cell opens the run's question-by-question page. Needs Debian's chromium
-(see README, Tests)."""
+(scripts/test installs it; docs/development.md, Tests)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The judge review page opened from disk in headless Chromium: a person's marks, made by clicking in the page and
 exported with its button, come back through `cfbench audit agreement` as agreement and Cohen's kappa per verdict type.
-Needs Debian's chromium (see README, Tests)."""
+Needs Debian's chromium (scripts/test installs it; docs/development.md, Tests)."""
 
 from __future__ import annotations
 
