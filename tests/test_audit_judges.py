@@ -269,3 +269,27 @@ def test_a_renamed_sheet_judge_reads_its_old_answers_and_reproduces_its_audit(tm
     result = CliRunner().invoke(main, ["audit", "rename-judge", "reference", "sheet:x", str(run)])
     assert result.exit_code == 2 and "renames sheet judges" in result.stderr
     assert {p.name: p.read_bytes() for p in new.iterdir()} == renamed
+
+
+def test_two_judges_compared_on_the_same_questions(tmp_path):
+    run = make_run(tmp_path / "run", cases=CASES)
+    sheet = run / "judged" / "sheet-annotator" / "sheet.jsonl"
+    audit = ["audit", str(run), "--judge", "sheet:annotator"]
+    CliRunner().invoke(main, audit)
+    paris = "<quote>Paris is the capital of France.</quote><reference>Paris</reference>"
+    _fill(sheet, lambda row: paris if "France" in row["prompt"] else "<reference>unresolved</reference>")
+    CliRunner().invoke(main, audit)
+    _fill(sheet, lambda row: "No")  # Lyon is not the capital
+    assert CliRunner().invoke(main, audit).exit_code == 0
+    assert CliRunner().invoke(main, ["audit", str(run), "--judge", "reference"]).exit_code == 0
+    result = CliRunner().invoke(main, ["audit", "compare-judges", str(run), "--judge", "reference", "--judge", "sheet:annotator"])
+    assert result.exit_code == 0, result.stderr
+    rows = dict([c.strip() for c in line.strip("|").split("|")] for line in result.stdout.splitlines()[4:])
+    # The gold answers resolve both questions, the sheet only Paris; on Paris both give the same answer and the same
+    # three verdicts (label Paris right, the response Paris right, Lyon wrong): kappa 1 with expected agreement 5/9.
+    assert rows["questions resolved by reference"] == "2" and rows["questions resolved by sheet:annotator"] == "1"
+    assert rows["agreement on resolved or not"] == "0.500" and rows["both resolved, same reference answer"] == "1 of 1"
+    assert rows["pairs both resolved"] == "3" and rows["verdict agreement on those pairs"] == "1.000"
+    assert rows["Cohen's kappa on those verdicts"] == "1.000"
+    result = CliRunner().invoke(main, ["audit", "compare-judges", str(run), "--judge", "reference"])
+    assert result.exit_code == 2 and "give exactly two judges" in result.stderr

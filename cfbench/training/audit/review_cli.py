@@ -86,9 +86,24 @@ def rename_judge_cmd(old, new, paths) -> None:
         )
 
 
+@click.command("compare-judges")
+@click.argument("runs", nargs=-1, required=True, type=_RUN)
+@click.option("--judge", "specs", multiple=True, required=True, help="A judge the runs were audited with (give exactly two).")
+def compare_judges_cmd(runs, specs) -> None:
+    """How far two judges agree on the same audited questions: references resolved, same answers, verdicts (a Markdown table)."""
+    from cfbench.harness.errors import CfbenchError
+    from cfbench.training.audit.judges_agree import compare, table
+
+    with one_line_errors("nothing is kept; rerun the command"):
+        if len(specs) != 2:
+            raise CfbenchError(f"--judge: give exactly two judges to compare, got {len(specs)}")
+        click.echo(table(compare(list(runs), *specs)), nl=False)
+
+
 def audit_group(audit_cmd: click.Command) -> click.Group:
     group = AuditGroup(audit_cmd)
     group.add_command(review_cmd)
     group.add_command(agreement_cmd)
     group.add_command(rename_judge_cmd)
+    group.add_command(compare_judges_cmd)
     return group
