@@ -16,6 +16,7 @@ from __future__ import annotations
 from html import escape
 from urllib.parse import quote
 
+from cfbench.harness.metrics import GROUPS
 from cfbench.leaderboard.question_page import question_file
 from cfbench.leaderboard.tables import (
     HEADINGS,
@@ -190,36 +191,49 @@ def _pairwise(board: dict, table: dict, table_index: int) -> str:
 
 
 def _scores_only(board: dict) -> str:
+    """The runs stored without predictions, in the two views the ranked runs have (per benchmark, averages)."""
     cols = list(dict.fromkeys(n for row in board["scores_only"] for n in row["scores"]))
     metric = board["metric"]
-    head = "".join(f"<th class=text data-type=text>{h}</th>" for h in HEADINGS[1:])
-    head += "".join(f"<th data-type=number>{escape(column_label(c))}</th>" for c in cols)
-    head += "<th class=text data-type=text>differs from the ranked runs in</th>"
-    rows = []
-    for row in board["scores_only"]:
-        cells = [f"<td class='text run'>{escape(run_name(row))}</td>"]
-        cells += [f"<td class=text>{escape(shared(row, field))}</td>" for field in ("treatment", "size", "config")]
-        for c in cols:
-            v = row["scores"].get(c, {}).get(metric)
-            cells.append(
-                f"<td data-value={v['value']}>{pct(v['value'])} <small>[{pct(v['lo'])}, {pct(v['hi'])}]</small></td>" if v else "<td></td>"
-            )
-        cells.append(f"<td class=text>{escape('; '.join(row['differs_from_ranked']) or 'nothing')}</td>")
-        rows.append(f"<tr data-run={row['id']}>" + "".join(cells) + "</tr>")
-    return "\n".join(
-        [
-            "<section id=scores-only>",
-            "<h2>Scores only: not ranked, not tested</h2>",
-            "<p>Stored before predictions were kept, so their scores cannot be recomputed; checked only for consistency.</p>",
-            "<div class=wide><table class=sortable id=scores-only-table>",
+    out = [
+        "<section id=scores-only>",
+        "<h2>Scores only: not ranked, not tested</h2>",
+        "<p>Stored before predictions were kept, so their scores cannot be recomputed; checked only for consistency.</p>",
+    ]
+    for kind, heading, names in (
+        ("benchmarks", "Per benchmark", [c for c in cols if c not in GROUPS]),
+        ("averages", "Averages", [c for c in cols if c in GROUPS]),
+    ):
+        if not names:
+            continue
+        head = "".join(f"<th class=text data-type=text>{h}</th>" for h in HEADINGS[1:])
+        head += "".join(f"<th data-type=number>{escape(column_label(c))}</th>" for c in names)
+        if kind == "averages":
+            head += "<th class=text data-type=text>differs from the ranked runs in</th>"
+        rows = []
+        for row in board["scores_only"]:
+            cells = [f"<td class='text run'>{escape(run_name(row))}</td>"]
+            cells += [f"<td class=text>{escape(shared(row, field))}</td>" for field in ("treatment", "size", "config")]
+            for c in names:
+                v = row["scores"].get(c, {}).get(metric)
+                cells.append(
+                    f"<td data-value={v['value']}>{pct(v['value'])} <small>[{pct(v['lo'])}, {pct(v['hi'])}]</small></td>"
+                    if v
+                    else "<td></td>"
+                )
+            if kind == "averages":
+                cells.append(f"<td class=text>{escape('; '.join(row['differs_from_ranked']) or 'nothing')}</td>")
+            rows.append(f"<tr data-run={row['id']}>" + "".join(cells) + "</tr>")
+        out += [
+            f"<h3>{heading}</h3>",
+            f"<div class=wide><table class=sortable id=scores-only-{kind}>",
             f"<thead><tr>{head}</tr></thead>",
             "<tbody>",
             *rows,
             "</tbody>",
             "</table></div>",
-            "</section>",
         ]
-    )
+    out.append("</section>")
+    return "\n".join(out)
 
 
 def _value(run: dict, column: str, table: dict, value: float) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
-from cfbench.harness.metrics import METRICS
+from cfbench.harness.metrics import GROUPS, METRICS
 
 GROUP_LABELS = {"avg7": "7-avg", "multi_hop": "multi-hop", "single_hop": "single-hop"}
 BENCHMARK_LABELS = {
@@ -93,7 +93,7 @@ def legend(board: dict) -> list[str]:
         'Runs whose predictions are byte-identical on every question share one row that names them all ("A = B: identical '
         'predictions"); they are one result and are tested once.',
         (
-            f"Reference: {ref['label']} ({ref['id']}); Δ and p are each row minus the reference on the same questions "
+            f"Reference: {_reference_name(ref, board['reference'])}; Δ and p are each row minus the reference on the same questions "
             f"(paired bootstrap, centred, p = (1 + #{{|d* - d| >= |d|}}) / (resamples + 1), uncorrected)."
             if ref
             else "Reference: none set (cfbench leaderboard build --reference RUN names one); no Δ columns."
@@ -152,22 +152,22 @@ def markdown(board: dict) -> str:
             "",
             "Stored before predictions were kept, so their scores cannot be recomputed; checked only for consistency.",
             "",
-            _md_row(
-                [
-                    "run",
-                    "treatment",
-                    "model size",
-                    "training config",
-                    *map(column_label, _only_columns(board)),
-                    "differs from the ranked runs in",
-                ]
-            ),
-            _md_row(["---"] * (5 + len(_only_columns(board)))),
         ]
-        for row in board["scores_only"]:
-            cells = [_md_cell(row["scores"][c][board["metric"]], False) if c in row["scores"] else "" for c in _only_columns(board)]
-            out.append(_md_row([*map(_md_text, _labels(row)[1:]), *cells, _md_text("; ".join(row["differs_from_ranked"]) or "nothing")]))
-        out.append("")
+        cols = _only_columns(board)
+        for kind, heading, names in (
+            ("benchmarks", "Per benchmark", [c for c in cols if c not in GROUPS]),
+            ("averages", "Averages", [c for c in cols if c in GROUPS]),
+        ):
+            if not names:
+                continue
+            extra = ["differs from the ranked runs in"] if kind == "averages" else []
+            out += [f"### {heading}", "", _md_row([*HEADINGS[1:], *map(column_label, names), *extra])]
+            out.append(_md_row(["---"] * (len(HEADINGS) - 1 + len(names) + len(extra))))
+            for row in board["scores_only"]:
+                cells = [_md_cell(row["scores"][c][board["metric"]], False) if c in row["scores"] else "" for c in names]
+                note = [_md_text("; ".join(row["differs_from_ranked"]) or "nothing")] if extra else []
+                out.append(_md_row([*map(_md_text, _labels(row)[1:]), *cells, *note]))
+            out.append("")
     rep = board["reported"]
     if rep:
         out += [
@@ -253,6 +253,13 @@ def latex_table(board: dict) -> str:
 def vs_reference_name(table: dict) -> str | None:
     """The column the paired comparison against the reference is shown for, when the table has a reference."""
     return table["ranked_by"] if table["reference"] is not None else None
+
+
+def _reference_name(row: dict, run_id: str) -> str:
+    """The reference run by name and id, and the runs that share its row, if any."""
+    me = next(m for m in row["members"] if m["id"] == run_id)
+    others = [m["name"] for m in row["members"] if m is not me]
+    return f"{me['name']} ({run_id})" + (f", whose predictions {' and '.join(others)} share (one row)" if others else "")
 
 
 def _labels(row: dict) -> list[str]:
