@@ -252,9 +252,84 @@ def judges() -> str:
     return "\n".join(judges_agree.table(report).splitlines()[2:])
 
 
+def changes(loaded: dict) -> str:
+    """What each trained treatment's fixed1325 run changed against the warm start's, question by question."""
+    warm = loaded["Base (warm start)"]
+    before = {t["id"]: t for t in warm.trajectories}
+    score = {r["id"]: r["scores"]["cover_em"] for r in warm.rows}
+    out = [
+        row(["treatment", "trajectories changed", "predictions changed", "gained (Cover-EM)", "lost (Cover-EM)", "answered"]),
+        row(["---"] * 6),
+        row(["Base (warm start)", "", "", "", "", f"{_answered(warm):.1%}"]),
+    ]
+    for treatment, run in loaded.items():
+        if run is warm:
+            continue
+        mine = {r["id"]: r["scores"]["cover_em"] for r in run.rows}
+        out.append(
+            row(
+                [
+                    treatment,
+                    f"{sum(t != before[t['id']] for t in run.trajectories):,} of {len(run.trajectories):,}",
+                    f"{sum(t.get('prediction') != before[t['id']].get('prediction') for t in run.trajectories):,}",
+                    sum(mine[q] > score[q] for q in mine),
+                    sum(mine[q] < score[q] for q in mine),
+                    f"{_answered(run):.1%}",
+                ]
+            )
+        )
+    return "\n".join(out)
+
+
+def _answered(run) -> float:
+    return sum(bool(t.get("prediction")) for t in run.trajectories) / len(run.trajectories)
+
+
+def admissions() -> str:
+    """Per self-evolution run: questions admitted by round, and what each judge resolved (pooled rates: the sheet judge's)."""
+    out = [
+        row(["treatment", "admitted (rounds 1 / 2 / 3)", "judge", "resolved questions", "resolved pairs / pairs", "coverage by round"]),
+        row(["---"] * 6),
+    ]
+    for treatment, (_, folder) in TREATMENTS.items():
+        if folder in (None, "search-r1"):
+            continue
+        for judge in ("reference", SHEET):
+            audit = json.loads((STUDY / folder / "judged" / judge / "audit.json").read_text())
+            rounds, pooled = audit["rounds"], audit["overall"]
+            admitted = f"{pooled['questions']} of {sum(r['tasks'] for r in rounds)} ({' / '.join(str(r['questions']) for r in rounds)})"
+            out.append(
+                row(
+                    [
+                        treatment if judge == "reference" else "",
+                        admitted if judge == "reference" else "",
+                        judge.replace("sheet-", "sheet:"),
+                        pooled["resolved_questions"],
+                        f"{pooled['resolved_pairs']} / {pooled['pairs']}",
+                        " / ".join("-" if r["coverage"] is None else f"{r['coverage']:.2f}" for r in rounds),
+                    ]
+                )
+            )
+    return "\n".join(out)
+
+
+def pooled() -> str:
+    """The sheet judge's pooled rates per run, over its resolved pairs."""
+    out = [row(["treatment", "T_P", "T_S", "A", "F", "L"]), row(["---"] * 6)]
+    for treatment, (_, folder) in TREATMENTS.items():
+        if folder in (None, "search-r1"):
+            continue
+        o = json.loads((STUDY / folder / "judged" / SHEET / "audit.json").read_text())["overall"]
+        out.append(row([treatment, *("-" if not o["resolved_pairs"] else f"{o[k]:.2f}" for k in ("T_P", "T_S", "A", "F", "L"))]))
+    return "\n".join(out)
+
+
 def blocks() -> dict[str, str]:
     loaded = runs()
     return {
+        "changes": changes(loaded),
+        "admissions": admissions(),
+        "pooled": pooled(),
         "judges": judges(),
         "results": results(loaded),
         "round3": round3(),
