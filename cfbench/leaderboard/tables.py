@@ -201,7 +201,7 @@ def csv_table(board: dict) -> str:
             s, vs = row["scores"], row["vs_reference"] or {}
             for member in row["members"]:
                 line = [i, "; ".join(table["set_apart_because"]), row["rank"], row["label"]]
-                line += [" ".join(m["id"] for m in row["members"] if m is not member), int(row["reference"])]
+                line += [" ".join(m["id"] for m in row["members"] if m is not member), int(member["id"] == board["reference"])]
                 line += [member[c] for c in MEMBER_COLUMNS] + [member["id"], member["model"], member["weights_sha256"], units, groups]
                 line += [s[n][m][k] if n in s else "" for n in names for m in METRICS for k in ("value", "lo", "hi")]
                 line += [s[n]["n"] if n in s else "" for n in names]
@@ -221,10 +221,11 @@ def latex_table(board: dict) -> str:
         out += ["", f"% {title(i)}: comparable on {comparable_on(table)}"]
         if table["set_apart_because"]:
             out.append("% set apart because: " + "; ".join(table["set_apart_because"]))
+        extra = _vs_reference_columns(table, cols)
         out += [
-            r"\begin{tabular}{rllll" + "r" * len(cols) + "}",
+            r"\begin{tabular}{rllll" + "r" * (len(cols) + len(extra)) + "}",
             r"\toprule",
-            " & ".join([*(_tex(h.capitalize()) for h in HEADINGS), *(_tex(column_label(c)) for c in cols)]) + r" \\",
+            " & ".join([*(_tex(h.capitalize()) for h in HEADINGS), *(_tex(column_label(c)) for c in cols), *map(_tex, extra)]) + r" \\",
             r"\midrule",
         ]
         for row in table["runs"]:
@@ -233,7 +234,7 @@ def latex_table(board: dict) -> str:
                 v = row["scores"][col][board["metric"]]
                 text = f"{pct(v['value'])}\\,{{\\scriptsize[{pct(v['lo'])}, {pct(v['hi'])}]}}"
                 cells.append(f"\\textbf{{{text}}}" if table["bold"].get(col) == row["id"] else text)
-            out.append(" & ".join([*map(_tex, _labels(row)), *cells]) + r" \\")
+            out.append(" & ".join([*map(_tex, _labels(row)), *cells, *map(_tex, _vs_reference_cells(table, row, extra))]) + r" \\")
         out += [r"\bottomrule", r"\end{tabular}"]
     rep = board["reported"]
     if rep:
@@ -325,6 +326,7 @@ _TEX = str.maketrans(
         "}": r"\}",
         "~": r"\textasciitilde{}",
         "^": r"\textasciicircum{}",
+        "Δ": r"$\Delta$",
     }
 )
 
