@@ -324,9 +324,58 @@ def pooled() -> str:
     return "\n".join(out)
 
 
+def training() -> str:
+    """Per self-evolution run, from its metrics.jsonl: how often the main solver had something to learn from."""
+    out = [
+        row(
+            [
+                "treatment",
+                "solver steps with admitted questions",
+                "of those, a non-zero main-solver loss (steps)",
+                "mean agreement by phase",
+                "proposer reward by phase",
+            ]
+        ),
+        row(["---"] * 5),
+    ]
+    for treatment, (_, folder) in TREATMENTS.items():
+        if folder in (None, "search-r1"):
+            continue
+        metrics = [json.loads(line) for line in (STUDY / folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        solver = [m for m in metrics if m["phase"] == "solver" and m["admitted"] > 0]
+        moved = [m["step"] for m in solver if m["losses"].get("main")]
+        phases: dict[tuple, list[dict]] = {}
+        for m in metrics:
+            phases.setdefault((m["round"], m["phase"]), []).append(m)
+        agreement = [_mean([m["agreement"] for m in ms if m["agreement"] is not None]) for ms in phases.values()]
+        reward = [_mean([m["proposer_reward"] for m in ms if m.get("proposer_reward") is not None]) for ms in phases.values()]
+        out.append(
+            row(
+                [
+                    treatment,
+                    f"{len(solver)} of {sum(m['phase'] == 'solver' for m in metrics)}",
+                    f"{len(moved)} ({', '.join(map(str, moved)) or 'none'})",
+                    _span(agreement),
+                    _span(reward),
+                ]
+            )
+        )
+    return "\n".join(out)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _span(values: list[float | None]) -> str:
+    known = [v for v in values if v is not None]
+    return f"{min(known):.2f}-{max(known):.2f}" if known else "-"
+
+
 def blocks() -> dict[str, str]:
     loaded = runs()
     return {
+        "training": training(),
         "changes": changes(loaded),
         "admissions": admissions(),
         "pooled": pooled(),
