@@ -24,7 +24,19 @@ def test_study_tables_are_regenerated_from_the_records():
     tables = _tables()
     text = (REPO / "leaderboards" / "fixed1325" / "STUDY.md").read_text(encoding="utf-8")
     generated = tables.blocks()
-    assert set(generated) == {"results", "round3", "cost", "replay", "status", "checks", "judges", "changes", "admissions", "pooled", "training"}
+    assert set(generated) == {
+        "results",
+        "round3",
+        "cost",
+        "replay",
+        "status",
+        "checks",
+        "judges",
+        "changes",
+        "admissions",
+        "pooled",
+        "training",
+    }
     assert tables.render(text, generated) == text
     # A number edited by hand in a generated table is put back; the corrected claim stays corrected.
     edited = text.replace("| Dr. Zero | 13.0 [11.3, 14.7] |", "| Dr. Zero | 13.5 [11.3, 14.7] |", 1)
