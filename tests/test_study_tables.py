@@ -49,3 +49,16 @@ def test_the_script_checks_the_committed_file_from_the_command_line():
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     result = subprocess.run([sys.executable, str(SCRIPT), "--check"], cwd=REPO, capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_committed_judge_agreement_is_what_compare_judges_gives(monkeypatch):
+    from click.testing import CliRunner
+
+    from cfbench.cli import main
+
+    monkeypatch.chdir(REPO)
+    study = "leaderboards/fixed1325/study"
+    runs = [f"{study}/{run}" for run in ("dr-zero", "msv", "crossfit", "msv-crossfit")]
+    result = CliRunner().invoke(main, ["audit", "compare-judges", *runs, "--judge", "reference", "--judge", "sheet:llm-annotators"])
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == (REPO / study / "audit-sheet" / "reference-vs-sheet.md").read_text(encoding="utf-8")
