@@ -36,6 +36,7 @@ def test_study_tables_are_regenerated_from_the_records():
         "admissions",
         "pooled",
         "training",
+        "search_r1",
     }
     assert tables.render(text, generated) == text
     # A number edited by hand in a generated table is put back; the corrected claim stays corrected.

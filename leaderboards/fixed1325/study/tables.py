@@ -216,6 +216,8 @@ def checks(loaded: dict) -> str:
     answered = {t: sum(bool(x.get("prediction")) for x in loaded[t].trajectories) / len(loaded[t].trajectories) for t in loaded}
     crossfit = [json.loads(line) for line in (STUDY / "crossfit" / "metrics.jsonl").read_text().splitlines() if line.strip()]
     steps = [m for m in crossfit if 40 <= m["step"] <= 43]
+    bank = json.loads((STUDY / "replay" / "replay.json").read_text())
+    coupled = bank["variants"]["coupled"]
     same = [
         (a, b, same_trajectories(loaded[a], loaded[b]))
         for a, b in (("CrossFit", "Dr. Zero"), ("MSV", "Base (warm start)"), ("MSV+CrossFit", "Base (warm start)"))
@@ -232,6 +234,12 @@ def checks(loaded: dict) -> str:
                 [
                     "questions answered: Search-R1, warm start",
                     f"{100 * answered['Search-R1']:.1f}%, {100 * answered['Base (warm start)']:.1f}%",
+                ]
+            ),
+            row(
+                [
+                    f"replay bank ({bank['bank']} questions): resolved pairs / pairs (coverage), T_P",
+                    f"{coupled['resolved_pairs']} / {coupled['pairs']} ({coupled['coverage']:.3f}), {coupled['T_P']:.3f}",
                 ]
             ),
             row(
@@ -372,9 +380,35 @@ def _span(values: list[float | None]) -> str:
     return f"{min(known):.2f}-{max(known):.2f}" if known else "-"
 
 
+def search_r1() -> str:
+    """Search-R1's training by blocks of 15 steps, from study/search-r1/metrics.jsonl (10 rollouts a step)."""
+    metrics = [json.loads(line) for line in (STUDY / "search-r1" / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rewarded = [(m["step"], round(m["reward"] * 10)) for m in metrics if m["reward"]]
+    out = [row(["steps", "answered", "well-formed", "searches a rollout", "rollouts rewarded (step: count)", "s a step"]), row(["---"] * 6)]
+    for start in range(0, len(metrics), 15):
+        block = metrics[start : start + 15]
+        steps = [m["step"] for m in block]
+        out.append(
+            row(
+                [
+                    f"{steps[0]}-{steps[-1]}",
+                    f"{_mean([m['answered'] for m in block]):.2f}",
+                    f"{_mean([m['well_formed'] for m in block]):.2f}",
+                    f"{_mean([m['searches_per_rollout'] for m in block]):.2f}",
+                    ", ".join(f"{step}: {n}" for step, n in rewarded if step in steps) or "none",
+                    f"{_mean([m['rollout_s'] + m['update_s'] for m in block]):.0f}",
+                ]
+            )
+        )
+    total = sum(n for _, n in rewarded)
+    out.append(row(["all", "", "", "", f"{total} of {10 * len(metrics)} rollouts, on {len(rewarded)} steps", ""]))
+    return "\n".join(out)
+
+
 def blocks() -> dict[str, str]:
     loaded = runs()
     return {
+        "search_r1": search_r1(),
         "training": training(),
         "changes": changes(loaded),
         "admissions": admissions(),
