@@ -80,7 +80,7 @@ def legend(board: dict) -> list[str]:
     """How to read every table, one sentence each: shown above the tables in README.md, index.html and results.tex."""
     b = board["bootstrap"]
     tables = board["tables"]
-    ref = reference_row(tables[0]) if tables else None
+    ref = next((row for table in tables if (row := reference_row(table))), None)
     ranked_by = column_label(tables[0]["ranked_by"]) if tables else "none"
     return [
         f"Values: {METRIC_LABELS[board['metric']]} in percent of questions, with its {100 * b['level']:.0f}% "
