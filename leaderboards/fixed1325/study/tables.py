@@ -178,7 +178,10 @@ def replay() -> str:
 
 def status(loaded: dict) -> str:
     warm = loaded["Base (warm start)"]
-    out = [row(["treatment", "trained", "fixed1325 entry", "avg7", "multi-hop", "single-hop", "per benchmark"]), row(["---"] * 7)]
+    out = [
+        row(["treatment", "trained", "fixed1325 entry", "avg7", "multi-hop", "single-hop", "per benchmark", "evaluation wall (batch)"]),
+        row(["---"] * 8),
+    ]
     for treatment, run in loaded.items():
         folder = TREATMENTS[treatment][1]
         checkpoint = (
@@ -196,6 +199,7 @@ def status(loaded: dict) -> str:
                     pct(run.results["scores"]["multi_hop"]["cover_em"]),
                     pct(run.results["scores"]["single_hop"]["cover_em"]),
                     ", ".join(f"{BENCHMARK_NAMES.get(b, b)} {pct(run.results['scores'][b]['cover_em'])}" for b in _benchmarks(run)),
+                    f"{run.results['wall_time_s'] / 3600:.1f} h ({run.results['batch_size']})",
                 ]
             )
         )
@@ -218,6 +222,9 @@ def checks(loaded: dict) -> str:
     steps = [m for m in crossfit if 40 <= m["step"] <= 43]
     bank = json.loads((STUDY / "replay" / "replay.json").read_text())
     coupled = bank["variants"]["coupled"]
+    sheet = [json.loads(line) for line in (STUDY / "replay" / "sheet.jsonl").read_text().splitlines() if line.strip()]
+    fresh = [r for r in sheet if "copied_from" not in r]
+    verdicts = sum(r["max_tokens"] == 8 for r in fresh)
     same = [
         (a, b, same_trajectories(loaded[a], loaded[b]))
         for a, b in (("CrossFit", "Dr. Zero"), ("MSV", "Base (warm start)"), ("MSV+CrossFit", "Base (warm start)"))
@@ -241,6 +248,9 @@ def checks(loaded: dict) -> str:
                     f"replay bank ({bank['bank']} questions): resolved pairs / pairs (coverage), T_P",
                     f"{coupled['resolved_pairs']} / {coupled['pairs']} ({coupled['coverage']:.3f}), {coupled['T_P']:.3f}",
                 ]
+            ),
+            row(
+                ["replay sheet: prompts answered anew (not copied from the audit's sheets), of them verdicts", f"{len(fresh)}, {verdicts}"]
             ),
             row(
                 [
@@ -342,9 +352,11 @@ def training() -> str:
                 "of those, a non-zero main-solver loss (steps)",
                 "mean agreement by phase",
                 "proposer reward by phase",
+                "step seconds: proposer, solver",
+                "round-2 proposer CPU-hours",
             ]
         ),
-        row(["---"] * 5),
+        row(["---"] * 7),
     ]
     for treatment, (_, folder) in TREATMENTS.items():
         if folder in (None, "search-r1"):
@@ -365,10 +377,17 @@ def training() -> str:
                     f"{len(moved)} ({', '.join(map(str, moved)) or 'none'})",
                     _span(agreement),
                     _span(reward),
+                    ", ".join(_seconds([m for m in metrics if m["phase"] == phase]) for phase in ("proposer", "solver")),
+                    f"{sum(m['cpu_s'] for m in phases[2, 'proposer']) / 3600:.2f}",
                 ]
             )
         )
     return "\n".join(out)
+
+
+def _seconds(metrics: list[dict]) -> str:
+    spent = [m["rollout_s"] + m["update_s"] for m in metrics]
+    return f"{min(spent):.0f}-{max(spent):.0f}"
 
 
 def _mean(values: list[float]) -> float | None:
