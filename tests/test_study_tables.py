@@ -40,7 +40,7 @@ def test_study_tables_are_regenerated_from_the_records():
     }
     assert tables.render(text, generated) == text
     # A number edited by hand in a generated table is put back; the corrected claim stays corrected.
-    edited = text.replace("| Dr. Zero | 13.0 [11.3, 14.7] |", "| Dr. Zero | 13.5 [11.3, 14.7] |", 1)
+    edited = text.replace("| Dr. Zero | 1 | 13.0 [11.3, 14.7] |", "| Dr. Zero | 1 | 13.5 [11.3, 14.7] |", 1)
     assert edited != text and tables.render(edited, generated) == text
     assert "steps 40-43: wall (rollout + update), CPU time | 2,142 s, 1,542 s (step 43 alone: 726 s, 486 s) |" in text
     assert "| Search-R1 - warm start, 2WikiMultihopQA Cover-EM (p) | +4.5 [+0.5, +9.0] (0.046) |" in text

@@ -3,9 +3,11 @@
 Each table sits in STUDY.md between `<!-- generated: NAME -->` and `<!-- end: NAME -->`; --write
 replaces them with what the records give now, --check (what tests/test_study_tables.py runs) exits 1
 naming every block that differs. Sources, all committed:
-- results, status, checks: the stored leaderboard runs (leaderboards/fixed1325/runs/, rescored from
-  their predictions by cfbench.leaderboard.store) and the paired bootstrap of cfbench.leaderboard.stats
-  (docs/protocol.md §3.5), the same code the leaderboard uses;
+- results, status, checks, changes: the leaderboard's ranks (leaderboards/fixed1325/results.json), the
+  stored runs (leaderboards/fixed1325/runs/, rescored from their predictions by cfbench.leaderboard.store)
+  and the paired bootstrap of cfbench.leaderboard.stats (docs/protocol.md §3.5), the same code the
+  leaderboard uses;
+- admissions, pooled, training, search_r1: each run's judged/*/audit.json and metrics.jsonl;
 - round3: each run's judged/sheet-llm-annotators/audit.json (`cfbench audit`);
 - cost: study/audit/cost.json (`cfbench audit --report`) and study/search-r1/metrics.jsonl;
 - replay: study/replay/replay.json (`cfbench replay`);
@@ -83,9 +85,11 @@ def value(run, name: str) -> dict:
 def results(loaded: dict) -> str:
     study = {r["treatment"]: r["avg7"] for r in reported("fixed1325")["rows"]}
     warm = loaded["Base (warm start)"]
+    board = json.loads((SUITE / "results.json").read_text())
+    rank = {m["id"]: row["rank"] for table in board["tables"][:1] for row in table["runs"] for m in row["members"]}
     out = [
-        row(["treatment", "135M avg7", "multi-hop", "single-hop", "vs warm start (p)", "study 4B", "study 9B"]),
-        row(["---"] * 7),
+        row(["treatment", "leaderboard rank", "135M avg7", "multi-hop", "single-hop", "vs warm start (p)", "study 4B", "study 9B"]),
+        row(["---"] * 8),
     ]
     for treatment, run in loaded.items():
         avg = value(run, "avg7")
@@ -101,6 +105,7 @@ def results(loaded: dict) -> str:
             row(
                 [
                     treatment,
+                    rank[run.id],
                     f"{pct(avg['value'])} [{pct(avg['lo'])}, {pct(avg['hi'])}]",
                     pct(run.results["scores"]["multi_hop"]["cover_em"]),
                     pct(run.results["scores"]["single_hop"]["cover_em"]),
