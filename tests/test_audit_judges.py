@@ -237,3 +237,59 @@ def test_sheet_judge_refuses_a_torn_sheet_and_a_bad_name(tmp_path):
     assert result.exit_code == 2 and f"{sheet}:1: not a sheet row" in result.stderr
     with pytest.raises(CfbenchError, match="sheet:NAME"):
         judge_for("sheet:a/b", run / "corpus.jsonl", tmp_path / CACHE_FILE)
+
+
+def test_a_renamed_sheet_judge_reads_its_old_answers_and_reproduces_its_audit(tmp_path):
+    run = make_run(tmp_path / "run", cases=CASES)
+    old, new = run / "judged" / "sheet-annotator", run / "judged" / "sheet-llm-annotators"
+    audit = ["audit", str(run), "--judge", "sheet:annotator"]
+    CliRunner().invoke(main, audit)
+    paris = "<quote>Paris is the capital of France.</quote><reference>Paris</reference>"
+    _fill(old / "sheet.jsonl", lambda row: paris if "France" in row["prompt"] else "<reference>unresolved</reference>")
+    CliRunner().invoke(main, audit)
+    _fill(old / "sheet.jsonl", lambda row: "No")
+    assert CliRunner().invoke(main, audit).exit_code == 0
+    before = {p.name: p.read_bytes() for p in old.iterdir()}
+    result = CliRunner().invoke(main, ["audit", "rename-judge", "sheet:annotator", "sheet:llm-annotators", str(run)])
+    assert result.exit_code == 0, result.stderr
+    assert "1 folders renamed, 3 files rewritten, 3 sheet rows re-keyed" in " ".join(result.stderr.split())
+    assert not old.exists() and {p.name for p in new.iterdir()} == set(before)
+    # Every answer reads under the new name: the audit asks nothing and writes what the rename wrote.
+    renamed = {p.name: p.read_bytes() for p in new.iterdir()}
+    assert renamed["audit.json"].decode() == before["audit.json"].decode().replace("sheet:annotator", "sheet:llm-annotators").replace(
+        "sheet-annotator", "sheet-llm-annotators"
+    )
+    assert CliRunner().invoke(main, ["audit", str(run), "--judge", "sheet:llm-annotators"]).exit_code == 0
+    assert {p.name: p.read_bytes() for p in new.iterdir()} == renamed
+    sheet = [json.loads(x) for x in (new / "sheet.jsonl").read_text().splitlines()]
+    assert all(r["key"] == JudgeCache.key("sheet:llm-annotators", r["prompt"], r["max_tokens"]) for r in sheet)
+    # A second rename finds nothing; a name that is not a sheet judge's is one line and changes nothing.
+    result = CliRunner().invoke(main, ["audit", "rename-judge", "sheet:annotator", "sheet:llm-annotators", str(run)])
+    assert "0 folders renamed, 0 files rewritten, 0 sheet rows re-keyed" in " ".join(result.stderr.split())
+    result = CliRunner().invoke(main, ["audit", "rename-judge", "reference", "sheet:x", str(run)])
+    assert result.exit_code == 2 and "renames sheet judges" in result.stderr
+    assert {p.name: p.read_bytes() for p in new.iterdir()} == renamed
+
+
+def test_two_judges_compared_on_the_same_questions(tmp_path):
+    run = make_run(tmp_path / "run", cases=CASES)
+    sheet = run / "judged" / "sheet-annotator" / "sheet.jsonl"
+    audit = ["audit", str(run), "--judge", "sheet:annotator"]
+    CliRunner().invoke(main, audit)
+    paris = "<quote>Paris is the capital of France.</quote><reference>Paris</reference>"
+    _fill(sheet, lambda row: paris if "France" in row["prompt"] else "<reference>unresolved</reference>")
+    CliRunner().invoke(main, audit)
+    _fill(sheet, lambda row: "No")  # Lyon is not the capital
+    assert CliRunner().invoke(main, audit).exit_code == 0
+    assert CliRunner().invoke(main, ["audit", str(run), "--judge", "reference"]).exit_code == 0
+    result = CliRunner().invoke(main, ["audit", "compare-judges", str(run), "--judge", "reference", "--judge", "sheet:annotator"])
+    assert result.exit_code == 0, result.stderr
+    rows = dict([c.strip() for c in line.strip("|").split("|")] for line in result.stdout.splitlines()[4:])
+    # The gold answers resolve both questions, the sheet only Paris; on Paris both give the same answer and the same
+    # three verdicts (label Paris right, the response Paris right, Lyon wrong): kappa 1 with expected agreement 5/9.
+    assert rows["questions resolved by reference"] == "2" and rows["questions resolved by sheet:annotator"] == "1"
+    assert rows["agreement on resolved or not"] == "0.500" and rows["both resolved, same reference answer"] == "1 of 1"
+    assert rows["pairs both resolved"] == "3" and rows["verdict agreement on those pairs"] == "1.000"
+    assert rows["Cohen's kappa on those verdicts"] == "1.000"
+    result = CliRunner().invoke(main, ["audit", "compare-judges", str(run), "--judge", "reference"])
+    assert result.exit_code == 2 and "give exactly two judges" in result.stderr

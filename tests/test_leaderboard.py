@@ -64,22 +64,27 @@ def test_add_is_content_addressed_and_builds_are_byte_identical(tmp_path):
     board = json.loads(first["results.json"])
     assert board["bootstrap"]["seed"] == stats.SEED and board["bootstrap"]["resamples"] == stats.RESAMPLES
     (table,) = board["tables"]
-    assert [r["name"] for r in table["runs"]] == ["strong", "weak run"] and [r["rank"] for r in table["runs"]] == [1, 2]
-    assert table["runs"][0]["treatment"] == "CrossFit" and table["runs"][0]["scale"] == "135M"
+    assert [r["label"] for r in table["runs"]] == ["strong", "weak run"] and [r["rank"] for r in table["runs"]] == [1, 2]
+    assert table["runs"][0]["members"][0]["treatment"] == "CrossFit" and table["runs"][0]["members"][0]["size"] == "135M"
     assert table["benchmarks"] == list(BENCHMARKS) and table["groups"] == list(GROUPS)
     stored = json.loads((root / "fixed1325" / "runs" / table["runs"][1]["id"] / "results.json").read_text())
     for name, s in table["runs"][1]["scores"].items():
         for m in METRICS:
             assert s[m]["value"] == round(stored["scores"][name][m], 4)
             assert s[m]["lo"] <= s[m]["value"] <= s[m]["hi"]
-    assert table["best"]["avg7"] == table["runs"][0]["scores"]["avg7"]["cover_em"]["value"]
+    # Strong halves weak's accuracy on 40 questions a benchmark: significantly above it on the average, hence bold there.
+    assert table["bold"]["avg7"] == table["runs"][0]["id"] and table["pairwise"][0]["p_holm"] < stats.ALPHA
+    assert board["format"] == "cfbench-leaderboard-v2" and board["units"] == "fraction" and board["reference"] is None
     readme = first["README.md"].decode()
-    assert f"**{100 * table['best']['nq']:.1f} [" in readme
+    v = table["runs"][0]["scores"]["avg7"]["cover_em"]
+    assert f"**{100 * v['value']:.1f} [{100 * v['lo']:.1f}, {100 * v['hi']:.1f}]**" in readme
+    assert "multi-hop: the mean of the benchmark means of HotpotQA, 2WikiMultihopQA, MuSiQue, Bamboogle." in readme
+    assert "results.json and results.csv hold the same values as fractions (0-1)" in readme
 
     rows = list(csv.DictReader(first["results.csv"].decode().splitlines()))
-    assert [r["name"] for r in rows] == ["strong", "weak run"]
+    assert [r["name"] for r in rows] == ["strong", "weak run"] and {r["units"] for r in rows} == {"fraction of questions (0-1)"}
     assert float(rows[1]["avg7.cover_em"]) == table["runs"][1]["scores"]["avg7"]["cover_em"]["value"]
-    assert float(rows[1]["avg7.cover_em.vs_best.p"]) == table["runs"][1]["vs_best"]["avg7"]["p"]
+    assert rows[1]["avg7.cover_em.vs_reference.p"] == ""  # no reference chosen
     assert "\\textbf{" in first["results.tex"].decode() and "\\begin{tabular}" in first["results.tex"].decode()
 
 
@@ -92,7 +97,7 @@ def test_a_record_written_by_eval_is_stored_and_ranked(tmp_path, bm25):
     entry = root / "mini" / "runs" / load_run(tmp_path / "run").id
     assert json.loads((entry / "results.json").read_text()) == results
     (table,) = build([root / "mini"])[0]["tables"]
-    assert table["runs"][0]["name"] == "scripted" and table["runs"][0]["scores"]["avg7"]["em"]["value"] == round(
+    assert table["runs"][0]["label"] == "scripted" and table["runs"][0]["scores"]["avg7"]["em"]["value"] == round(
         results["scores"]["avg7"]["em"], 4
     )
     assert table["comparable_on"]["retriever"]["index_sha256"] == results["retriever"]["index_sha256"]
@@ -124,8 +129,8 @@ def test_guard_sets_apart_what_differs_and_keeps_engine_settings_together(tmp_pa
     assert any("e (" in line and "retriever.index_sha256: " + "2" * 64 + " vs " + "1" * 64 in line for line in lines[1:])
 
     board = json.loads((root / "fixed1325" / "results.json").read_text())
-    tables = {tuple(r["name"] for r in t["runs"]): t for t in board["tables"]}
-    assert {r["name"] for r in board["tables"][0]["runs"]} == {"a", "b", "d"} and board["tables"][0]["set_apart_because"] == []
+    tables = {tuple(r["label"] for r in t["runs"]): t for t in board["tables"]}
+    assert {r["label"] for r in board["tables"][0]["runs"]} == {"a", "b", "d"} and board["tables"][0]["set_apart_because"] == []
     assert tables[("c",)]["set_apart_because"] == ["protocol.knobs.topk: 5 vs 3"]
     assert tables[("e",)]["set_apart_because"] == [f"retriever.index_sha256: {'2' * 64} vs {'1' * 64}"]
     readme = (root / "fixed1325" / "README.md").read_text()

@@ -37,14 +37,15 @@ def _suite_names(suites: tuple[str, ...], root: Path) -> list[str]:
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--name", default=None, help="Row label [default: the model id].")
 @click.option("--treatment", default=None, help="Training treatment, e.g. Base, Search-R1, CrossFit.")
-@click.option("--scale", default=None, help="Model scale, e.g. 135M, 4B.")
+@click.option("--scale", default=None, help="Model size, e.g. 135M, 4B.")
+@click.option("--config", default=None, help="Training configuration (cfbench train --scale), e.g. cpu, paper; 'untrained' for none.")
 @_root
-def add_cmd(run_dir, name, treatment, scale, root) -> None:
+def add_cmd(run_dir, name, treatment, scale, config, root) -> None:
     """Store a finished run's results and per-question scores under ROOT/<suite>/runs/ (adding twice changes nothing)."""
     from cfbench.leaderboard.store import add, load_run
 
     with one_line_errors():
-        entry, new = add(load_run(run_dir), root, {"name": name, "treatment": treatment, "scale": scale})
+        entry, new = add(load_run(run_dir), root, {"name": name, "treatment": treatment, "scale": scale, "config": config})
         console.print(
             f"{'stored' if new else 'already stored'}: {entry}; now run cfbench leaderboard build", highlight=False, soft_wrap=True
         )
@@ -52,18 +53,26 @@ def add_cmd(run_dir, name, treatment, scale, root) -> None:
 
 @leaderboard.command("build")
 @click.option("--suite", "suites", multiple=True, help="Build only this suite's leaderboard (repeatable) [default: every folder in ROOT].")
+@click.option(
+    "--reference",
+    default=None,
+    help="The run deltas and p are against (its id, a unique id prefix or its name); kept in the suite's leaderboard.json "
+    "[default: the one leaderboard.json names, else none].",
+)
 @_root
-def build_cmd(suites, root) -> None:
+def build_cmd(suites, reference, root) -> None:
     """Regenerate README.md, results.json/.csv/.tex and index.html of each suite from its stored runs."""
     from cfbench.leaderboard.build import build
 
     with one_line_errors():
         names = _suite_names(suites, root)
-        for name, board in zip(names, build([root / name for name in names])):
-            runs = sum(len(t["runs"]) for t in board["tables"])
+        if reference is not None and len(names) != 1:
+            raise CfbenchError(f"--reference {reference}: names a run of one suite; add --suite SUITE ({', '.join(names)})")
+        for name, board in zip(names, build([root / name for name in names], reference)):
+            runs = sum(len(r["members"]) for t in board["tables"] for r in t["runs"]) + len(board["scores_only"])
             console.print(f"{root / name}: {runs} runs", highlight=False, soft_wrap=True)
             for i, table in enumerate(board["tables"][1:], start=1):
-                labels = ", ".join(f"{r['name']} ({r['id']})" for r in table["runs"])
+                labels = ", ".join(f"{m['name']} ({m['id']})" for r in table["runs"] for m in r["members"])
                 console.print(
                     f"  set apart ({i}): {labels}: {'; '.join(table['set_apart_because'])} (this group vs the ranked runs)",
                     highlight=False,
@@ -89,10 +98,10 @@ def rescore_cmd(suites, root) -> None:
                 raise CfbenchError(
                     f"{root / name}: {', '.join(stale)} differ from what the stored predictions give; run cfbench leaderboard build"
                 )
-            entries = [r for t in board["tables"] for r in t["runs"]]
-            only = sum(r["scores_only"] for r in entries)
+            rescored = sum(len(r["members"]) for t in board["tables"] for r in t["runs"])
             console.print(
-                f"{root / name}: {len(entries) - only} runs rescored from their predictions, {only} scores only; tables identical",
+                f"{root / name}: {rescored} runs rescored from their predictions, {len(board['scores_only'])} scores only; "
+                "tables identical",
                 highlight=False,
                 soft_wrap=True,
             )

@@ -10,7 +10,7 @@ NOTE = "reported, not reproduced"
 SOURCE = "the study's 7-benchmark Cover-EM averages (protocol.md section 7), on its own unpublished 1,325-question sample"
 SCALES = ("Qwen3.5-4B", "Qwen3.5-9B")
 _AVG7 = {
-    "Base": (0.384, 0.409),
+    "Base (Qwen3.5, untrained)": (0.384, 0.409),
     "Search-R1": (0.401, 0.434),
     "Dr. Zero": (0.400, 0.428),
     "MSV": (0.407, 0.436),

@@ -1,10 +1,15 @@
-"""Bootstrap intervals and paired significance over question-level scores.
+"""Bootstrap intervals and paired significance over question-level scores (docs/protocol.md §3.5).
 
 Resampling is stratified by benchmark: each resample draws every benchmark's questions with
 replacement, keeps its size, and recomputes the benchmark means and from them the group averages
 (mean of benchmark means, as metrics.aggregate does). The draws depend only on the seed, the
 benchmark's name and its question count, so every run on a suite sees the same draws: intervals do
 not change when other runs are added, and two runs on the same questions are compared pairwise.
+
+Intervals are percentile intervals of the resampled means. The p of a paired comparison is the
+centred bootstrap's two-sided p: with d the observed difference of means and d*_b its value in
+resample b, p = (1 + #{b : |d*_b - d| >= |d|}) / (RESAMPLES + 1). Ties count (scores are 0/1, so
+|d*_b - d| = |d| happens in a few percent of resamples): the test is conservative, never liberal.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from cfbench.harness.metrics import BENCHMARKS, GROUPS, METRICS
 SEED = 1325
 RESAMPLES = 2000
 LEVEL = 0.95
+ALPHA = 0.05  # family-wise error rate of the Holm-corrected pairwise tests (ranks, bold)
 DIGITS = 4  # fractions are kept to 0.01 points
 _LO, _HI = 50 * (1 - LEVEL), 50 * (1 + LEVEL)  # percentiles bounding the interval
 
@@ -30,7 +36,10 @@ def describe() -> dict:
         "level": LEVEL,
         "stratified_by": "benchmark",
         "interval": "percentile",
-        "p_value": "paired bootstrap, two-sided, centred: (1 + #|d* - d| >= |d|) / (resamples + 1)",
+        "draws": "numpy.random.default_rng([seed, zlib.crc32(benchmark name), questions]).integers(0, questions, (resamples, questions))",
+        "p_value": "paired bootstrap, two-sided, centred: (1 + #{b: |d*_b - d| >= |d|}) / (resamples + 1), ties counted",
+        "alpha": ALPHA,
+        "multiple_comparisons": "Holm over the pairs compared",
     }
 
 
@@ -56,6 +65,24 @@ def intervals(rows: list[dict]) -> dict[str, dict[str, dict]]:
     }
 
 
+def centred_p(observed: float, resampled: np.ndarray) -> float:
+    """The two-sided p of a centred bootstrap: how often a resampled difference strays from the observed one by its size."""
+    return (1 + np.count_nonzero(np.abs(resampled - observed) >= abs(observed) - 1e-12)) / (len(resampled) + 1)
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm-adjusted p values, in the order given: a hypothesis is rejected at ALPHA when its adjusted p < ALPHA.
+
+    Hand-written (eight lines) because scipy has no Holm step-down and statsmodels is not a dependency.
+    """
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    adjusted, running = [0.0] * len(pvalues), 0.0
+    for k, i in enumerate(order):
+        running = max(running, min(1.0, (len(pvalues) - k) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
+
+
 def paired(rows_a: list[dict], rows_b: list[dict]) -> dict[str, dict[str, dict]]:
     """A minus B on the questions both answered: {name: {metric: {"a", "b", "delta", "lo", "hi", "p", "n"}}}."""
     shared = {r["id"] for r in rows_a} & {r["id"] for r in rows_b}
@@ -73,7 +100,7 @@ def paired(rows_a: list[dict], rows_b: list[dict]) -> dict[str, dict[str, dict]]
         for i, m in enumerate(METRICS):
             delta = mean_a[name][i] - mean_b[name][i]
             d = da[:, i] - draws_b[name][:, i]
-            p = (1 + np.count_nonzero(np.abs(d - delta) >= abs(delta) - 1e-12)) / (RESAMPLES + 1)
+            p = centred_p(delta, d)
             out[name][m] = {
                 "a": _round(mean_a[name][i]),
                 "b": _round(mean_b[name][i]),

@@ -34,7 +34,7 @@ RUNS = "runs"
 SCORES = "scores.jsonl"
 STORED_TRAJECTORIES = "trajectories.jsonl.gz"
 ENTRY = "entry.json"
-LABELS = ("name", "treatment", "scale")
+LABELS = ("name", "treatment", "scale", "config")  # scale: the model size; config: the training configuration
 _SUITE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _RESULT_KEYS = ("suite", "protocol", "metric_version", "model", "retriever", "scores")
 

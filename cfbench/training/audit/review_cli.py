@@ -21,7 +21,8 @@ class AuditGroup(click.Group):
 
     def __init__(self, default: click.Command, **kwargs) -> None:
         help_text = (
-            f"{inspect.cleandoc(default.help)}\n\nSubcommands review and agreement check the judge against a person; "
+            f"{inspect.cleandoc(default.help)}\n\nSubcommands review and agreement check the judge against a person, rename-judge "
+            "renames a sheet judge's stored answers; "
             f"the audit's own options: cfbench audit RUN --help."
         )
         super().__init__(name=default.name, help=help_text, context_settings={"ignore_unknown_options": True}, **kwargs)
@@ -69,8 +70,40 @@ def agreement_cmd(marks) -> None:
         click.echo(table(agreement(marks)))
 
 
+@click.command("rename-judge")
+@click.argument("old")
+@click.argument("new")
+@click.argument("paths", nargs=-1, required=True, type=_RUN)
+def rename_judge_cmd(old, new, paths) -> None:
+    """Rename sheet judge OLD to NEW (sheet:NAME) in the runs, reports and replays under PATHS: folders, sheet keys, records."""
+    from cfbench.training.audit.rename import rename_sheet_judge
+
+    with one_line_errors("nothing was changed; rerun the command"):
+        done = rename_sheet_judge(old, new, list(paths))
+        console.print(
+            f"{old} -> {new}: {done['folders']} folders renamed, {done['files']} files rewritten, {done['rekeyed']} sheet rows re-keyed",
+            highlight=False,
+        )
+
+
+@click.command("compare-judges")
+@click.argument("runs", nargs=-1, required=True, type=_RUN)
+@click.option("--judge", "specs", multiple=True, required=True, help="A judge the runs were audited with (give exactly two).")
+def compare_judges_cmd(runs, specs) -> None:
+    """How far two judges agree on the same audited questions: references resolved, same answers, verdicts (a Markdown table)."""
+    from cfbench.harness.errors import CfbenchError
+    from cfbench.training.audit.judges_agree import compare, table
+
+    with one_line_errors("nothing is kept; rerun the command"):
+        if len(specs) != 2:
+            raise CfbenchError(f"--judge: give exactly two judges to compare, got {len(specs)}")
+        click.echo(table(compare(list(runs), *specs)), nl=False)
+
+
 def audit_group(audit_cmd: click.Command) -> click.Group:
     group = AuditGroup(audit_cmd)
     group.add_command(review_cmd)
     group.add_command(agreement_cmd)
+    group.add_command(rename_judge_cmd)
+    group.add_command(compare_judges_cmd)
     return group

@@ -46,7 +46,7 @@ train() {
 replay() {  # the fixed-bank replay of the Dr. Zero run: every question its solver steps admitted, judged by the sheet
   # (references copied from the run's audit sheet); a variant trained is kept, so a stop anywhere loses at most one
   cfbench replay "$study/dr-zero" --bank 47 --feedback coupled --feedback source-id --feedback same-source \
-    --feedback full-data --feedback random-split --feedback half-budget --judge sheet:claude-sessions \
+    --feedback full-data --feedback random-split --feedback half-budget --judge sheet:llm-annotators \
     --answers-from "$study/dr-zero" --out "$study/replay" --threads 2 ||
     echo "run.sh: replay stopped (above: judge prompts waiting in $study/replay/sheet.jsonl, or an error)"
 }
