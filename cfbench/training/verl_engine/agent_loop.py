@@ -11,13 +11,14 @@ generated from a cut context. Its reward is the config's (cfbench_grpo turns it 
 
 verl instantiates the loop once per trajectory, with the entry of the run's agent_loops.yaml
 (launch.write_inputs): `config_file`, the run's cfbench config (knobs, reward, retriever). The
-retriever and tokenizer wrapper are built once per worker process.
+retriever is built once per worker process and searched on its own thread.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -38,19 +39,24 @@ def _run_config(config_file: str) -> RLConfig:
     return read_run_config(Path(config_file))
 
 
+# One thread per worker process builds and queries the retriever: its result cache is SQLite, whose connection
+# belongs to the thread that opened it, and verl runs many trajectories' coroutines on one event loop.
+_RETRIEVAL = ThreadPoolExecutor(max_workers=1)
+
+
 @functools.cache
 def _retriever(spec: str):
     from cfbench.harness.retrievers.choose import retriever_for
 
-    return retriever_for(spec)
+    return _RETRIEVAL.submit(retriever_for, spec).result()
 
 
 @register(AGENT_LOOP)
 class ProtocolV1AgentLoop(AgentLoopBase):
-    def __init__(self, *args, config_file: str, retriever=None, **kwargs) -> None:
+    def __init__(self, *args, config_file: str, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.run_config = _run_config(config_file)
-        self.retriever = retriever if retriever is not None else _retriever(self.run_config.retriever)
+        self.retriever = _retriever(self.run_config.retriever)
         self.tokens = PromptTokens(self.tokenizer)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
@@ -69,7 +75,7 @@ class ProtocolV1AgentLoop(AgentLoopBase):
                 ids, logprobs = ids[:-1], logprobs[:-1]
             record = take_turn(traj, self.tokens.completion(ids, logprobs, protocol.STOP, knobs.max_new_tokens), turn == knobs.max_searches)
             if record is not None:
-                (hits,) = await self.loop.run_in_executor(None, self.retriever.search, [record["query"]], knobs.topk)
+                (hits,) = await self.loop.run_in_executor(_RETRIEVAL, self.retriever.search, [record["query"]], knobs.topk)
                 observe(traj, record, hits, self.tokens, knobs)
             if traj.done:
                 break
