@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from cfbench.cli import main
 from cfbench.harness.errors import CfbenchError
 from cfbench.training.treatments import load_config
+from cfbench.training.verl_engine.plan import verl_plan
 from cfbench.training.verl_engine.recipe import ADVANTAGE, AGENT_LOOP, LOSS_AGGREGATION, dotlist, verl_configs
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -82,3 +83,18 @@ def test_the_verl_path_refuses_what_it_cannot_run(tmp_path):
     assert result.exit_code == 2 and "launches search-r1 only" in result.output and not out.exists()
     with pytest.raises(CfbenchError, match="lora section"):
         verl_configs(load_config("search-r1", "cpu"), OUT, 8)
+
+
+def test_plan_in_verls_layout_counts_one_role_and_vllms_share():
+    lines = verl_plan(load_config("search-r1", "paper"), 8, 80)
+    # Qwen3.5-4B (4.08 B parameters): vLLM's 0.6 x 80 GB less 8.2 GB of bf16 weights; 16 bytes/parameter / 8 GPUs
+    assert "vLLM holds 0.6 x 80 GB = 48.0 GB: weights 8.2 GB, cache room 39.8 GB" in lines[1]
+    assert "training state 8.2 + reference 1.0" in lines[2] and lines[-1].startswith("fits")
+    crossfit = verl_plan(load_config("crossfit", "paper"), 8, 80)
+    assert "reference" not in crossfit[2] and "training state 8.2 +" in crossfit[2]  # one role at a time, no KL term
+    with pytest.raises(CfbenchError, match="change knob micro_batch"):
+        verl_plan(load_config("search-r1", "paper"), 8, 24)
+    with pytest.raises(CfbenchError, match="leaves no room for one 4596-token row"):
+        verl_plan(load_config("search-r1", "paper") | {"model": "Qwen/Qwen3.5-9B"}, 8, 24)
+    result = CliRunner().invoke(main, ["train", "--treatment", "search-r1", "--scale", "paper", "--plan", "--engine", "verl"])
+    assert result.exit_code == 0 and result.output.splitlines() == lines

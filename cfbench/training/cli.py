@@ -59,7 +59,13 @@ if TYPE_CHECKING:
     "the optional cfbench[verl], training/verl_engine).",
 )
 @click.option("--dry-run", is_flag=True, help="--engine verl: print the verl configuration the run would launch, and exit.")
-@click.option("--plan", "plan_only", is_flag=True, help="Print the run's per-GPU memory (training/plan.py); refuse one that cannot fit.")
+@click.option(
+    "--plan",
+    "plan_only",
+    is_flag=True,
+    help="Print the run's per-GPU memory (training/plan.py; with --engine verl in verl's layout, verl_engine/plan.py); "
+    "refuse one that cannot fit.",
+)
 @click.option("--gpus", type=click.IntRange(min=1), default=8, show_default=True, help="--plan, --engine verl: GPUs the run uses.")
 @click.option("--gpu-memory", type=click.FloatRange(min=1), default=80, show_default=True, help="--plan: memory of one GPU in GB.")
 @click.option(
@@ -116,8 +122,9 @@ def train_cmd(
             config |= {"rollout_server": rollout_server}
         if plan_only:
             from cfbench.training.plan import plan
+            from cfbench.training.verl_engine.plan import verl_plan
 
-            return click.echo("\n".join(plan(config, gpus, gpu_memory)))
+            return click.echo("\n".join((verl_plan if engine == "verl" else plan)(config, gpus, gpu_memory)))
         if dry_run and engine != "verl":
             raise CfbenchError("--dry-run prints the configuration --engine verl launches: add --engine verl")
         if engine == "verl":

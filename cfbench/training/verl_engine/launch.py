@@ -106,7 +106,7 @@ def write_inputs(config: SearchR1Config, run: Path) -> None:
                 "data_source": config.train_set,
                 "agent_name": AGENT_LOOP,
                 "prompt": [{"role": "user", "content": user}],
-                "extra_info": {"id": q.id, "question": q.question, "golden_answers": list(q.golden_answers), "user": user},
+                "extra_info": {"index": i, "id": q.id, "question": q.question, "golden_answers": list(q.golden_answers), "user": user},
             }
         )
     run.mkdir(parents=True, exist_ok=True)

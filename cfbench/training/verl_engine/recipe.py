@@ -14,6 +14,7 @@ constants below, each with its source; none is typed into a launch script. What 
     max_grad_norm                    actor.optim.clip_grad
     micro_batch                      ppo_micro_batch_size_per_gpu and both log-prob micro-batches
     gradient_checkpointing           model.enable_gradient_checkpointing
+    logprob_chunk                    model.use_fused_kernels (verl's chunked head + log-prob; its own chunk size)
     sharding "fsdp", bf16            actor strategy fsdp2 (FSDP2, as core/sharding.py), bf16 compute over fp32 weights
     temperature, seed                rollout.temperature, and the seed of the data order, rollouts and FSDP
     knobs                            the agent loop's (agent_loop.py) protocol-v1 budget; prompt_length
@@ -65,6 +66,11 @@ def role_steps(config: RLConfig) -> dict[str, int]:
     return {name: config.updates_of(name if name in ("proposer", "main") else "aux") for name in names}
 
 
+def rollout_memory(config: RLConfig) -> float:
+    """The share of each GPU vLLM takes while it samples (verl's rollout.gpu_memory_utilization)."""
+    return ROLLOUT_MEMORY["self-evolution" if isinstance(config, SelfEvolutionConfig) else "search-r1"]
+
+
 def response_length(config: RLConfig) -> int:
     """Tokens after the prompt at most: every turn's generation and every observation at their caps (an
     invalid-action note is shorter than an observation's cap)."""
@@ -75,11 +81,10 @@ def response_length(config: RLConfig) -> int:
 def verl_configs(config: RLConfig, out: Path, gpus: int) -> dict[str, dict]:
     """role -> the nested verl configuration that trains it (verl's defaults fill every key not named here)."""
     refuse_unsupported(config)
-    family = "self-evolution" if isinstance(config, SelfEvolutionConfig) else "search-r1"
-    return {role: _role_config(config, family, role, updates, out, gpus) for role, updates in role_steps(config).items()}
+    return {role: _role_config(config, role, updates, out, gpus) for role, updates in role_steps(config).items()}
 
 
-def _role_config(config: RLConfig, family: str, role: str, updates: int, out: Path, gpus: int) -> dict:
+def _role_config(config: RLConfig, role: str, updates: int, out: Path, gpus: int) -> dict:
     k, o = config.knobs, config.objective
     fsdp = {
         "param_offload": OFFLOAD,
@@ -114,6 +119,9 @@ def _role_config(config: RLConfig, family: str, role: str, updates: int, out: Pa
                 "path": config.model,
                 "enable_gradient_checkpointing": config.gradient_checkpointing,
                 "use_remove_padding": True,
+                # logprob_chunk: log-probs without the whole [tokens, vocabulary] logits (a 248k vocabulary's are the
+                # update's largest tensor, --plan): verl's fused head + log-prob, its torch implementation chunked
+                "use_fused_kernels": config.logprob_chunk is not None,
             },
             "actor": {
                 "strategy": "fsdp2" if config.sharding == "fsdp" else "fsdp",
@@ -154,7 +162,7 @@ def _role_config(config: RLConfig, family: str, role: str, updates: int, out: Pa
                 "seed": config.seed,
                 "calculate_log_probs": True,  # the sampler's log-probs go to the update, as cfbench's engines return them
                 "tensor_model_parallel_size": 1,
-                "gpu_memory_utilization": ROLLOUT_MEMORY[family],
+                "gpu_memory_utilization": rollout_memory(config),
                 "max_model_len": k.max_context_tokens + k.max_new_tokens,
                 "log_prob_micro_batch_size_per_gpu": per_gpu,
                 "agent": {
