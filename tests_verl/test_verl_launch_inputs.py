@@ -22,8 +22,8 @@ from cfbench.training.verl_engine.recipe import AGENT_LOOP, verl_configs
 
 
 def test_verls_dataset_and_registry_read_what_the_launch_writes(tmp_path):
-    config = load_config("search-r1", "paper") | {"steps": 2, "prompts_per_step": 4}
-    (tree,) = verl_configs(config, tmp_path, 8).values()
+    config = load_config("search-r1", "paper") | {"steps": 2, "prompts_per_step": 8}
+    (tree,) = verl_configs(config, tmp_path, 1).values()  # 8 x 5 rows: whole micro-batches of 8 on one GPU
     run = Path(tree["data"]["train_files"]).parent
     write_inputs(config, run)
     tokenizer = PromptTokens.load("smollm2-135m-search").tokenizer
