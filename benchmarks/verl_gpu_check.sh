@@ -16,14 +16,15 @@
 # Budget: under 8 minutes on one H100 (most of it Ray and vLLM start-up). Not yet run: no device was lent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-: "${WHEELS:?set WHEELS to a folder of wheels for verl, vLLM and cfbench's dependencies}"
+: "${WHEELS:?set WHEELS to a folder of wheels for verl, vLLM and the dependencies of cfbench}"
 WORK=${WORK:-/tmp/cfbench-verl-gpu-check}
 OUT=${OUT:-$WORK/out}
 mkdir -p "$WORK" "$OUT"
 python3 -m venv "$WORK/venv"
 PIP=("$WORK/venv/bin/pip" install -q --no-index --find-links "$WHEELS")
-"${PIP[@]}" torch verl==0.9.1 vllm cachetools fastapi uvicorn
+"${PIP[@]}" setuptools torch verl==0.9.1 vllm cachetools fastapi uvicorn
 "${PIP[@]}" bm25s PyStemmer gguf faiss-cpu click rich httpx filelock "openai>=1.66,<4" matplotlib "trl>=1.16,<2" "peft>=0.21,<1"
 "$WORK/venv/bin/pip" install -q --no-deps --no-build-isolation -e .
 "$WORK/venv/bin/python" benchmarks/gpu_check.py --build-model "$WORK/model"
+rm -rf "$WORK/run"  # the launch refuses a run directory that holds files
 timeout 450 "$WORK/venv/bin/python" benchmarks/verl_gpu_check.py --model "$WORK/model" --out "$WORK/run" 2>&1 | tee "$OUT/verl_gpu_check.log"
