@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from cfbench.harness import protocol
 from cfbench.harness.backends import Backend, Completion
 from cfbench.harness.protocol import Knobs
-from cfbench.harness.retrievers import Retriever
+from cfbench.harness.retrievers import Hit, Retriever
 from cfbench.harness.suite import Question
 
 
@@ -32,6 +32,37 @@ class Trajectory:
     @property
     def prediction(self) -> str:
         return protocol.final_answer([t["generated"] for t in self.turns])
+
+
+def take_turn(traj: Trajectory, completion: Completion, last_turn: bool) -> dict | None:
+    """Advance one trajectory by one generated turn: parse its action, record the turn, end the trajectory at an
+    answer or its last turn, or add the invalid-action note. Returns the turn's record when its search is to be
+    run (`observe` then adds the passages), else None. run_batch and the verl agent loop both step with it."""
+    text = completion.text
+    action, content = protocol.parse_action(text)
+    record = {"generated": text, "action": action, "query": content if action == "search" else None, "doc_ids": [], "doc_scores": []}
+    traj.turns.append(record)
+    traj.completions.append(completion)
+    traj.context += text
+    if action == "answer" or last_turn:
+        if action == "search":
+            record["action"] = "search_over_budget"
+        traj.done = True
+        return None
+    if action == "search":
+        return record
+    record["observation"] = protocol.INVALID_ACTION
+    traj.context += protocol.INVALID_ACTION
+    return None
+
+
+def observe(traj: Trajectory, record: dict, hits: list[Hit], engine: Backend, knobs: Knobs) -> None:
+    """The search turn `record` gets its passages, cut to max_obs_tokens of the engine's tokenizer."""
+    obs = engine.truncate(protocol.observation(hits), knobs.max_obs_tokens)
+    record["doc_ids"] = [h.id for h in hits]
+    record["doc_scores"] = [h.score for h in hits]
+    record["observation"] = obs
+    traj.context += obs
 
 
 def run_batch(
@@ -51,36 +82,12 @@ def run_batch(
             break
         last_turn = turn == knobs.max_searches
         generated = backend.generate([t.context for t in active], knobs.max_new_tokens, knobs.max_context_tokens, protocol.STOP)
-        searching: list[tuple[Trajectory, dict]] = []
-        for traj, completion in zip(active, generated, strict=True):
-            text = completion.text
-            action, content = protocol.parse_action(text)
-            record = {
-                "generated": text,
-                "action": action,
-                "query": content if action == "search" else None,
-                "doc_ids": [],
-                "doc_scores": [],
-            }
-            traj.turns.append(record)
-            traj.completions.append(completion)
-            traj.context += text
-            if action == "answer" or last_turn:
-                if action == "search":
-                    record["action"] = "search_over_budget"
-                traj.done = True
-            elif action == "search":
-                searching.append((traj, record))
-            else:
-                record["observation"] = protocol.INVALID_ACTION
-                traj.context += protocol.INVALID_ACTION
+        searching = [
+            (traj, record) for traj, completion in zip(active, generated, strict=True) if (record := take_turn(traj, completion, last_turn))
+        ]
         if searching:
             results = retriever.search([record["query"] for _, record in searching], knobs.topk)
             for (traj, record), hits in zip(searching, results, strict=True):
-                obs = backend.truncate(protocol.observation(hits), knobs.max_obs_tokens)
-                record["doc_ids"] = [h.id for h in hits]
-                record["doc_scores"] = [h.score for h in hits]
-                record["observation"] = obs
-                traj.context += obs
+                observe(traj, record, hits, backend, knobs)
             on_searches(len(searching))
     return trajs

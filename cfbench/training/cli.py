@@ -50,8 +50,23 @@ if TYPE_CHECKING:
     help="Sample rollouts on this OpenAI-compatible server (vLLM with runtime LoRA loading, or cfbench serve-model), "
     "each role's adapter synced every step; needs a lora section (training/core/served.py).",
 )
-@click.option("--plan", "plan_only", is_flag=True, help="Print the run's per-GPU memory (training/plan.py); refuse one that cannot fit.")
-@click.option("--gpus", type=click.IntRange(min=1), default=8, show_default=True, help="--plan: GPUs the run would use.")
+@click.option(
+    "--engine",
+    type=click.Choice(("accelerate", "verl")),
+    default="accelerate",
+    show_default=True,
+    help="accelerate: cfbench's own loop (CPU, tests, one node); verl: the GRPO treatments on verl (FSDP2, vLLM rollouts; "
+    "the optional cfbench[verl], training/verl_engine).",
+)
+@click.option("--dry-run", is_flag=True, help="--engine verl: print the verl configuration the run would launch, and exit.")
+@click.option(
+    "--plan",
+    "plan_only",
+    is_flag=True,
+    help="Print the run's per-GPU memory (training/plan.py; with --engine verl in verl's layout, verl_engine/plan.py); "
+    "refuse one that cannot fit.",
+)
+@click.option("--gpus", type=click.IntRange(min=1), default=8, show_default=True, help="--plan, --engine verl: GPUs the run uses.")
 @click.option("--gpu-memory", type=click.FloatRange(min=1), default=80, show_default=True, help="--plan: memory of one GPU in GB.")
 @click.option(
     "--export-adapter",
@@ -73,6 +88,8 @@ def train_cmd(
     threads,
     rollout_server,
     export_adapter,
+    engine,
+    dry_run,
     plan_only,
     gpus,
     gpu_memory,
@@ -105,8 +122,20 @@ def train_cmd(
             config |= {"rollout_server": rollout_server}
         if plan_only:
             from cfbench.training.plan import plan
+            from cfbench.training.verl_engine.plan import verl_plan
 
-            return click.echo("\n".join(plan(config, gpus, gpu_memory)))
+            return click.echo("\n".join((verl_plan if engine == "verl" else plan)(config, gpus, gpu_memory)))
+        if dry_run and engine != "verl":
+            raise CfbenchError("--dry-run prints the configuration --engine verl launches: add --engine verl")
+        if engine == "verl":
+            from cfbench.training.verl_engine.launch import dry_run as verl_dry_run
+            from cfbench.training.verl_engine.launch import launch
+
+            if dry_run:
+                return click.echo(verl_dry_run(config, out or Path("OUT"), gpus), nl=False)
+            if out is None:
+                raise click.UsageError("Missing option '--out'.")
+            return launch(config, out, gpus)
         if out is None:
             raise click.UsageError("Missing option '--out'.")
         if treatment == "warm-start":

@@ -18,7 +18,6 @@ from cfbench.harness.backends.kv import left_padded_cache
 from cfbench.harness.backends.onednn import use_linear
 from cfbench.harness.backends.tokens import PromptTokens, TokenizedEngine
 from cfbench.harness.checkpoints import ResolvedCheckpoint, load_model
-from cfbench.harness.protocol import cut_at_stop
 
 STOP_WINDOW = 8  # tokens decoded at each step to spot a stop string that just completed
 REUSE_TOKENS = 65536  # contexts whose K/V are kept for their next turn, counted in tokens
@@ -146,11 +145,7 @@ class HFBackend(TokenizedEngine):
         return [self._finish(ids, lps, stop, max_new_tokens) for ids, lps in zip(new, logprobs)]
 
     def _finish(self, ids: list[int], logprobs: list[float], stop: tuple[str, ...], max_new_tokens: int) -> Completion:
-        text = self.tokens.decode(ids)
-        cut = cut_at_stop(text, stop)
-        hit = next((s for s in stop if cut.endswith(s)), None)  # only a stop string that occurs ends the cut
-        ended_early = hit is not None or len(ids) < max_new_tokens  # a stop string or end of sequence
-        return Completion(cut, len(ids), "stop" if ended_early else "length", hit, tuple(ids), tuple(logprobs))
+        return self.tokens.completion(ids, logprobs, stop, max_new_tokens)
 
     def _remember(self, contexts: list[_Context]) -> None:
         """Keep the newest contexts' K/V within REUSE_TOKENS, dropping those the new ones extend."""

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from transformers import AutoTokenizer
 
+from cfbench.harness.backends import Completion
 from cfbench.harness.checkpoints import resolve
+from cfbench.harness.protocol import cut_at_stop
 
 
 class PromptTokens:
@@ -43,6 +45,13 @@ class PromptTokens:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
+    def completion(self, ids: list[int], logprobs: list[float], stop: tuple[str, ...], max_new_tokens: int) -> Completion:
+        """A Completion of sampled ids (end of sequence left out): their text cut after the first stop string."""
+        cut = cut_at_stop(self.decode(ids), stop)
+        hit = next((s for s in stop if cut.endswith(s)), None)  # only a stop string that occurs ends the cut
+        ended_early = hit is not None or len(ids) < max_new_tokens  # a stop string or end of sequence
+        return Completion(cut, len(ids), "stop" if ended_early else "length", hit, tuple(ids), tuple(logprobs))
+
     def truncate(self, text: str, max_tokens: int) -> str:
         """The text cut to its first max_tokens tokens."""
         ids = self.text_ids(text)
@@ -56,6 +65,13 @@ class TokenizedEngine:
 
     def chat_prompt(self, user: str) -> str:
         return self.tokens.chat_prompt(user)
+
+    def completion(self, ids: list[int], logprobs: list[float], stop: tuple[str, ...], max_new_tokens: int) -> Completion:
+        """A Completion of sampled ids (end of sequence left out): their text cut after the first stop string."""
+        cut = cut_at_stop(self.decode(ids), stop)
+        hit = next((s for s in stop if cut.endswith(s)), None)  # only a stop string that occurs ends the cut
+        ended_early = hit is not None or len(ids) < max_new_tokens  # a stop string or end of sequence
+        return Completion(cut, len(ids), "stop" if ended_early else "length", hit, tuple(ids), tuple(logprobs))
 
     def truncate(self, text: str, max_tokens: int) -> str:
         return self.tokens.truncate(text, max_tokens)
