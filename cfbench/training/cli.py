@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     default="accelerate",
     show_default=True,
     help="accelerate: cfbench's own loop (CPU, tests, one node); verl: the GRPO treatments on verl (FSDP2, vLLM rollouts; "
-    "the optional cfbench[verl], training/verl_engine).",
+    "verl in its own venv: docs/training-at-scale.md, Environment; training/verl_engine).",
 )
 @click.option("--dry-run", is_flag=True, help="--engine verl: print the verl configuration the run would launch, and exit.")
 @click.option(

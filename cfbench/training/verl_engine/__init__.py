@@ -6,6 +6,6 @@ cfbench keeps its treatments, typed configs and protocol-v1 turn; verl does the 
     advantage.py   cfbench's GRPO advantage registered in verl as `cfbench_grpo` (imports verl)
     agent_loop.py  protocol v1 as a verl agent loop, on the harness's per-trajectory turn (imports verl)
 
-verl is an optional dependency (`pip install cfbench[verl]`, docs/training-at-scale.md): nothing
+verl is an optional dependency in its own venv (docs/training-at-scale.md, "Environment": its transformers pin excludes cfbench's): nothing
 here is imported by the CPU loop, and the modules that import verl are imported only on this path.
 """

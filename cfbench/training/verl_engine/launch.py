@@ -27,7 +27,10 @@ from cfbench.training.config.classes import RLConfig, SearchR1Config, TrainingCo
 from cfbench.training.config.schema import to_json
 from cfbench.training.verl_engine.recipe import AGENT_LOOP, SETUP_HOOK, dotlist, verl_configs
 
-VERL_MISSING = "verl is not installed here: cfbench's settings only, verl's defaults fill every other key (pip install 'cfbench[verl]')"
+VERL_MISSING = (
+    "verl is not installed here: cfbench's settings only, verl's defaults fill every other key "
+    "(its own venv: docs/training-at-scale.md, Environment)"
+)
 
 
 def verl_installed() -> bool:
@@ -126,7 +129,7 @@ def launch(config: TrainingConfig, out: Path, gpus: int) -> None:
             f"--engine verl launches search-r1 only; {config.treatment} needs its roles as verl worker groups (not built): use --dry-run"
         )
     if not verl_installed():
-        raise CfbenchError("--engine verl needs verl: pip install 'cfbench[verl]' in its own venv (docs/training-at-scale.md)")
+        raise CfbenchError("--engine verl needs verl, installed in its own venv as docs/training-at-scale.md (Environment) shows")
     if out.exists() and any(out.iterdir()):
         raise CfbenchError(f"{out} already holds files; choose a new --out (verl resumes from its own checkpoints under {out}/verl)")
     (tree,) = verl_configs(config, out, gpus).values()
