@@ -10,7 +10,7 @@ from rich.table import Table
 
 from cfbench.harness.cli_output import console, one_line_errors
 from cfbench.harness.errors import CfbenchError
-from cfbench.harness.metrics import GROUPS
+from cfbench.harness.metrics import GROUPS, METRICS
 
 ROOT = Path("leaderboards")
 _root = click.option(
@@ -20,7 +20,15 @@ _root = click.option(
 
 @click.group()
 def leaderboard() -> None:
-    """Store runs and build the per-suite leaderboards (tables, CSV, LaTeX, a static page)."""
+    """Store runs and build the per-suite leaderboards (tables, CSV, LaTeX, a static page).
+
+    \b
+    Examples:
+      cfbench leaderboard add runs/mine --name "SmolLM2-135M mine" --treatment Search-R1 --scale 135M
+      cfbench leaderboard build                       # regenerate every suite's tables and page
+      cfbench leaderboard rescore                     # check the published tables against the stored predictions
+      cfbench leaderboard export runs/mine --out mine.json   # lm-eval's results layout (and mine.samples.jsonl)
+    """
 
 
 def _suite_names(suites: tuple[str, ...], root: Path) -> list[str]:
@@ -36,8 +44,8 @@ def _suite_names(suites: tuple[str, ...], root: Path) -> list[str]:
 @leaderboard.command("add")
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--name", default=None, help="Row label [default: the model id].")
-@click.option("--treatment", default=None, help="Training treatment, e.g. Base, Search-R1, CrossFit.")
-@click.option("--scale", default=None, help="Model scale, e.g. 135M, 4B.")
+@click.option("--treatment", default=None, help="Treatment label shown in the tables (free text), e.g. Base, Search-R1, CrossFit.")
+@click.option("--scale", default=None, help="Scale label shown in the tables (free text), e.g. 135M, 4B.")
 @_root
 def add_cmd(run_dir, name, treatment, scale, root) -> None:
     """Store a finished run's results and per-question scores under ROOT/<suite>/runs/ (adding twice changes nothing)."""
@@ -115,10 +123,18 @@ def export_cmd(run, out) -> None:
 @click.command("compare")
 @click.argument("run_a", type=click.Path(path_type=Path))
 @click.argument("run_b", type=click.Path(path_type=Path))
-@click.option("--metric", type=click.Choice(["cover_em", "em", "sub_em", "f1"]), default="cover_em", show_default=True)
+@click.option("--metric", type=click.Choice(METRICS), default="cover_em", show_default=True, help="The metric compared.")
 def compare_cmd(run_a, run_b, metric) -> None:
-    """Per-benchmark A - B with paired-bootstrap 95% intervals and p-values, on the questions both runs answered."""
-    from cfbench.leaderboard import comparable, stats
+    """Per-benchmark A - B with paired-bootstrap 95% intervals and p-values, on the questions both runs answered.
+
+    Runs compare when they share suite, protocol knobs, metric version, retriever and --limit (or both have none).
+
+    \b
+    Example:
+      cfbench compare runs/trained runs/base --metric f1
+    """
+    from cfbench.harness import stats
+    from cfbench.leaderboard import comparable
     from cfbench.leaderboard.store import load_run
     from cfbench.leaderboard.tables import column_label, pct, signed
 

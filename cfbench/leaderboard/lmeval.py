@@ -24,7 +24,7 @@ import numpy as np
 from cfbench.harness import jsonl
 from cfbench.harness.metrics import GROUPS, METRICS
 from cfbench.harness.runrecord import SEGMENTS
-from cfbench.leaderboard.stats import by_benchmark
+from cfbench.harness.stats import by_benchmark
 from cfbench.leaderboard.store import Run
 
 PREFIX = "cfbench_"
