@@ -129,7 +129,7 @@ def train_cmd(
         if plan_only:
             from cfbench.training.plan import plan
 
-            return click.echo("\n".join(plan(config, gpus, gpu_memory)))
+            return click.echo("\n".join(plan(config, gpus, gpu_memory, threads or 2, _run_options(click.get_current_context()))))
         if out is None:
             raise click.UsageError("Missing option '--out'.")
         if treatment == "warm-start":
@@ -150,6 +150,18 @@ def train_cmd(
         if PartialState().is_main_process:
             console.print(f"checkpoint: {last}  (score it: cfbench eval --ckpt {last} --suite mini --out runs/NAME)")
         end_processes()
+
+
+def _run_options(ctx: click.Context) -> tuple[str, ...]:
+    """The options given that change the run, as the plan's launch command repeats them."""
+    out: list[str] = []
+    for param in ctx.command.params:
+        if param.name in ("treatment", "scale", "out", "plan_only", "gpus", "gpu_memory", "threads", "resume"):
+            continue
+        if ctx.get_parameter_source(param.name) == click.core.ParameterSource.COMMANDLINE:
+            value = ctx.params[param.name]
+            out += [param.opts[0]] if param.is_flag else [param.opts[0], str(value)]
+    return tuple(out)
 
 
 def _warm_start(config: WarmStartConfig, out: Path, resume: bool, export: Path | None) -> None:
