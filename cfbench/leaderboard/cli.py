@@ -27,7 +27,7 @@ def leaderboard() -> None:
       cfbench leaderboard add runs/mine --name "SmolLM2-135M mine" --treatment Search-R1 --scale 135M
       cfbench leaderboard build                       # regenerate every suite's tables and page
       cfbench leaderboard rescore                     # check the published tables against the stored predictions
-      cfbench leaderboard export runs/mine --out mine.json   # lm-eval's results layout (and mine.samples.jsonl)
+      cfbench leaderboard export runs/mine --out lmeval/results_mine.json   # lm-eval's layout, with samples_*.jsonl
     """
 
 
@@ -110,14 +110,25 @@ def rescore_cmd(suites, root) -> None:
 @click.argument("run", type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="File to write (JSON).")
 def export_cmd(run, out) -> None:
-    """Write a run (a run directory or a stored entry) in lm-evaluation-harness's results layout."""
+    """Write a run (a run directory or a stored entry) in lm-evaluation-harness's results layout, and beside it each
+    task's questions as lm-eval's --log_samples writes them (samples_<task>_<date id>.jsonl).
+
+    \b
+    Example:
+      cfbench leaderboard export runs/mine --out lmeval/mine/results_2026-01-02T03-04-05.json
+    """
     from cfbench.harness.jsonl import json_text, write_atomic
-    from cfbench.leaderboard.lmeval import lmeval_results
+    from cfbench.leaderboard.lmeval import lmeval_results, sample_files
     from cfbench.leaderboard.store import load_run
 
     with one_line_errors():
-        write_atomic(out, json_text(lmeval_results(load_run(run))))
-        console.print(f"lm-eval results: {out}", highlight=False, soft_wrap=True)
+        the_run = load_run(run)
+        files = {out: json_text(lmeval_results(the_run))} | sample_files(out, the_run)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        for path, text in files.items():
+            write_atomic(path, text)
+        kept = f"; per-sample files: {len(files) - 1} beside it" if len(files) > 1 else "; no per-sample files (a scores-only entry)"
+        console.print(f"lm-eval results: {out}{kept}", highlight=False, soft_wrap=True)
 
 
 @click.command("compare")
