@@ -105,3 +105,13 @@ def test_user_text_with_brackets_is_printed_as_given(capsys):
     with pytest.raises(SystemExit), one_line_errors():
         raise CfbenchError("runs/[bold]x[/bold]: pip install 'cfbench[lucene]'")
     assert capsys.readouterr().err == "error: runs/[bold]x[/bold]: pip install 'cfbench[lucene]'\n"
+
+
+def test_a_model_name_with_brackets_is_shown_as_given_in_compare(tmp_path):
+    from leaderboard_runs import write_run
+
+    a = write_run(tmp_path / "a", 0.5, seed=1, model="org/model[bold]-v2")
+    b = write_run(tmp_path / "b", 0.4, seed=2, model="org/model[lucene]")
+    result = CliRunner().invoke(main, ["compare", str(a), str(b)], terminal_width=300)
+    assert result.exit_code == 0, result.output
+    assert "org/model[bold]-v2" in result.output and "org/model[lucene]" in result.output

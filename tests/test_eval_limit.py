@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from cfbench.cli import main
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.metrics import BENCHMARKS
 from cfbench.harness.suite import first_per_benchmark, load_suite
+from cfbench.leaderboard.store import load_run
 from leaderboard_runs import SUITE, question_ids, write_run
 
 REPO = Path(__file__).resolve().parent.parent
@@ -64,10 +66,10 @@ def test_a_limited_run_is_never_added_to_a_leaderboard(tmp_path):
 
 @pytest.mark.slow
 def test_eval_limit_2_runs_the_bundled_model_quietly_and_records_the_limit(tmp_path):
-    """The README's first command with --limit 2: 14 mini questions through the real bundled (LoRA-adapted) model and BM25.
+    """`cfbench eval --limit 2`: 14 mini questions through the real bundled (LoRA-adapted) model and BM25.
 
-    Its output is cfbench's own: the two loading lines, then the table; no third-party deprecation notice (peft asks
-    transformers' deprecated `is_gradient_checkpointing` when it loads the adapter) and no "Loading weights" bar."""
+    Its output is cfbench's own: the two loading lines, the progress, then the table; no third-party notice and no
+    "Loading weights" bar, which from_pretrained prints without the entry point's settings (tests/test_quiet_output.py)."""
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for name in ("HF_HUB_DISABLE_PROGRESS_BARS", "TRANSFORMERS_VERBOSITY", "TRANSFORMERS_NO_ADVISORY_WARNINGS", "PYTHONWARNINGS"):
@@ -93,3 +95,12 @@ def test_eval_limit_2_runs_the_bundled_model_quietly_and_records_the_limit(tmp_p
     rows = {cells[1].strip(): cells[2:-1] for cells in (line.split("│") for line in table.splitlines()) if len(cells) == 8}
     assert list(rows) == [*BENCHMARKS, "avg7", "multi_hop", "single_hop"]  # the leaderboard's order
     assert rows["avg7"][0].strip() == "14" and rows["avg7"][2].strip().startswith("[") and rows["avg7"][3].strip().endswith("%")
+
+
+def test_a_leaderboard_build_refuses_a_limited_entry_copied_in_by_hand(tmp_path):
+    run = _limited(tmp_path / "run", 2, 1, "m")
+    root = tmp_path / "leaderboards"
+    shutil.copytree(run, root / "fixed1325" / "runs" / load_run(run).id)
+    result = CliRunner().invoke(main, ["leaderboard", "build", "--root", str(root)], terminal_width=400)
+    assert result.exit_code == 2 and "cannot go on a leaderboard" in result.output
+    assert not (root / "fixed1325" / "README.md").exists()

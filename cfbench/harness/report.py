@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cfbench.harness import stats
+from cfbench.harness.evaluate import run_stats
 from cfbench.harness.metrics import GROUPS
 
 
@@ -27,10 +28,8 @@ def results_table(results: dict, rows: list[dict]) -> Table:
     members = {name: GROUPS.get(name, (name,)) for name in spread}
 
     def behaviour(name: str) -> tuple[str, str]:
-        mine = [r for r in rows if r["benchmark"] in members[name]]
-        answered = sum(1 for r in mine if r["prediction"]) / len(mine)
-        searches = sum(t["action"] == "search" for r in mine for t in r["turns"]) / len(mine)
-        return f"{100 * answered:.1f}%", f"{searches:.2f}"
+        mine = run_stats([r for r in rows if r["benchmark"] in members[name]])
+        return f"{100 * mine['answered']:.1f}%", f"{mine['searches_per_question']:.2f}"
 
     for name in spread:
         if name == next(iter(n for n in spread if n in GROUPS), None):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from cfbench.harness.cli_output import console, one_line_errors
@@ -161,8 +162,10 @@ def compare_cmd(run_a, run_b, metric) -> None:
         if not shared:
             raise CfbenchError(f"{run_a} and {run_b} share no question ids; pairing needs the same questions")
         table = Table(
-            title=f"{metric}: A = {a.labels['name']} ({a.id}), B = {b.labels['name']} ({b.id}); "
-            f"paired bootstrap, {stats.RESAMPLES} resamples, seed {stats.SEED}"
+            title=escape(
+                f"{metric}: A = {a.labels['name']} ({a.id}), B = {b.labels['name']} ({b.id}); "
+                f"paired bootstrap, {stats.RESAMPLES} resamples, seed {stats.SEED}"
+            )  # a label is the user's text: never markup
         )
         for column in ("benchmark", "n", "A", "B", "A - B", "95% interval", "p"):
             table.add_column(column, justify="left" if column == "benchmark" else "right")
@@ -178,7 +181,7 @@ def compare_cmd(run_a, run_b, metric) -> None:
                 pct(r["a"]),
                 pct(r["b"]),
                 signed(r["delta"]),
-                f"[{signed(r['lo'])}, {signed(r['hi'])}]",
+                escape(f"[{signed(r['lo'])}, {signed(r['hi'])}]"),
                 f"{r['p']:.3f}",
             )
         Console().print(table)
