@@ -170,9 +170,9 @@ def eval_cmd(
         the_suite = load_suite(suite)
         if limit is not None:
             the_suite = first_per_benchmark(the_suite, limit)
-        console.print(f"loading index ({retriever_spec}) ...", highlight=False)
+        console.print(f"loading index ({retriever_spec}) ...", highlight=False, soft_wrap=True)
         retriever = retriever_for(retriever_spec, corpus)
-        console.print(f"loading model ({ckpt or engine_options.get('model') or engine}, {engine}) ...", highlight=False)
+        console.print(f"loading model ({ckpt or engine_options.get('model') or engine}, {engine}) ...", highlight=False, soft_wrap=True)
         backend = backend_for(engine, ckpt=ckpt, seed=seed, **engine_options)
         with job_progress(the_suite.name, "q", fields={"searches": 0}) as progress:
 
@@ -194,7 +194,7 @@ def eval_cmd(
             )
         rows = [row for _, row in iter_rows(out / TRAJECTORIES, read_bytes(out / TRAJECTORIES))]
         Console().print(results_table(results, rows))
-        console.print(f"run record: {out}", highlight=False)
+        console.print(f"run record: {out}", highlight=False, soft_wrap=True)
 
 
 @click.group()
@@ -228,7 +228,11 @@ def index_build(corpus, kind, encoder, hnsw_m, dtype, out) -> None:
     with one_line_errors():
         build_index(load_corpus(corpus), kind, out, encoder=encoder, hnsw_m=hnsw_m, dtype=dtype)
         manifest = read_manifest(out)
-        console.print(f"built {kind} index of {manifest['corpus']['n']} passages in {manifest['build_seconds']} s: {out}", highlight=False)
+        console.print(
+            f"built {kind} index of {manifest['corpus']['n']} passages in {manifest['build_seconds']} s: {out}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 @click.group()
@@ -255,7 +259,7 @@ def retriever_serve(index_dir, corpus, host, port, max_results, max_body_bytes, 
 
     with one_line_errors():
         retriever_ = open_index(index_dir, load_corpus(corpus) if corpus else None)
-        console.print(f"serving {index_dir} on http://{host}:{port}/retrieve", highlight=False)
+        console.print(f"serving {index_dir} on http://{host}:{port}/retrieve", highlight=False, soft_wrap=True)
     serve(retriever_, host, port, Limits(max_results, max_body_bytes, deadline), max_connections)
 
 
@@ -275,9 +279,9 @@ def serve_model(ckpt, name, host, port, device, dtype, threads, linear) -> None:
     from cfbench.harness.model_server import serve
 
     with one_line_errors():
-        console.print(f"loading model ({ckpt}) ...", highlight=False)
+        console.print(f"loading model ({ckpt}) ...", highlight=False, soft_wrap=True)
         backend = HFBackend.load(resolve(ckpt), device=device, dtype=dtype, threads=threads, linear=linear)
-        console.print(f"serving {ckpt} as {name or ckpt!r} on http://{host}:{port}/v1", highlight=False)
+        console.print(f"serving {ckpt} as {name or ckpt!r} on http://{host}:{port}/v1", highlight=False, soft_wrap=True)
     serve(backend, name or ckpt, host, port)
 
 
