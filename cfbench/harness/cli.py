@@ -11,6 +11,7 @@ from cfbench.harness.checkpoints import ADAPTED, BUNDLED
 from cfbench.harness.cli_help import SectionedCommand
 from cfbench.harness.cli_output import console, job_progress, one_line_errors
 from cfbench.harness.protocol import Knobs
+from cfbench.harness.retrievers.index import KINDS
 
 DEFAULTS = Knobs()
 BUNDLED_MODELS = ", ".join([*BUNDLED, *ADAPTED])
@@ -204,7 +205,7 @@ def index() -> None:
 
 @index.command("build")
 @click.option("--corpus", type=click.Path(path_type=Path), required=True, help="Passages as jsonl(.gz): id+contents or id+title+text.")
-@click.option("--kind", type=click.Choice(["bm25", "dense", "lucene"]), required=True, help="Index kind.")
+@click.option("--kind", type=click.Choice(KINDS), required=True, help="Index kind.")
 @click.option(
     "--encoder", default="minilm", show_default=True, help="Dense encoder: minilm (offline), e5-base-v2 (hub), or a model dir/id."
 )
