@@ -115,3 +115,24 @@ def test_a_model_name_with_brackets_is_shown_as_given_in_compare(tmp_path):
     result = CliRunner().invoke(main, ["compare", str(a), str(b)], terminal_width=300)
     assert result.exit_code == 0, result.output
     assert "org/model[bold]-v2" in result.output and "org/model[lucene]" in result.output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["train", "--treatment", "search-r1", "--scale", "gpu"], "Invalid value for '--scale': 'gpu' is not one of"),
+        (["train", "--treatment", "search-r1"], "Missing option '--out' (see cfbench train --help)"),
+        (["evl"], "No such command 'evl'. Did you mean 'eval'? (see cfbench --help)"),
+        (["eval", "--limit", "0", "--out", "x"], "Invalid value for '--limit': 0 is not in the range x>=1"),
+    ],
+)
+def test_a_usage_error_is_one_line_naming_the_help(args, message):
+    result = CliRunner().invoke(main, args, prog_name="cfbench", terminal_width=100)
+    assert result.exit_code == 2 and result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: ") and message in line
+
+
+def test_help_and_version_still_exit_0():
+    for args in (["--help"], ["--version"], ["eval", "--help"]):
+        assert CliRunner().invoke(main, args).exit_code == 0
