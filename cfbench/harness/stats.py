@@ -5,6 +5,9 @@ replacement, keeps its size, and recomputes the benchmark means and from them th
 (mean of benchmark means, as metrics.aggregate does). The draws depend only on the seed, the
 benchmark's name and its question count, so every run on a suite sees the same draws: intervals do
 not change when other runs are added, and two runs on the same questions are compared pairwise.
+
+It lives with evaluation so that the table `cfbench eval` prints (harness/report.py) and the leaderboard show the same
+intervals from one implementation; the leaderboard imports it from here.
 """
 
 from __future__ import annotations
