@@ -7,7 +7,8 @@ against lm-eval itself in tests/test_lmeval_export.py:
   so make_table prints each task once under its group;
 - entries carry `name`, `alias`, `sample_len` (groups: summed over their leaves, plus `sample_count`) and metric
   keys `<metric>,none` with `<metric>_stderr,none`;
-- tasks and groups both have `versions` and `n-shot` entries; `date` is when the run started (UNIX seconds).
+- tasks and groups both have `versions` and `n-shot` entries (a task's version is the number its file's metadata
+  holds, a group's its string, as lm-eval writes them); `date` is when the run started (UNIX seconds).
 `cfbench leaderboard export` also writes each task's questions in the shape of lm-eval's `--log_samples`
 (samples_<task>_<date id>.jsonl beside the results file, one row per question: doc_id, doc, target, arguments, resps,
 filtered_resps, filter, metrics, the three hashes and the metric values), so tools that read lm-eval's samples read a
@@ -91,7 +92,7 @@ def lmeval_results(run: Run) -> dict:
             }
             for b in tasks
         },
-        "versions": {PREFIX + name: TASK_VERSION for name in every},
+        "versions": {PREFIX + name: str(TASK_VERSION) if name in GROUPS else TASK_VERSION for name in every},
         "n-shot": {PREFIX + name: 0 for name in every},
         "higher_is_better": {PREFIX + name: dict.fromkeys(METRICS, True) for name in every},
         "n-samples": {PREFIX + b: {"original": sizes[b], "effective": sizes[b]} for b in tasks},
