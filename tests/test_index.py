@@ -119,7 +119,9 @@ def test_index_build_cli(tmp_path):
     assert ok.exit_code == 0, ok.stderr
     assert [h.id for h in open_index(tmp_path / "ix").search(["second"], 1)[0]] == ["b"]
     bad = CliRunner().invoke(main, ["index", "build", "--corpus", str(corpus), "--kind", "tfidf", "--out", str(tmp_path / "iy")])
-    assert bad.exit_code == 2 and bad.stderr.strip() == "error: unknown index kind 'tfidf'; choose one of bm25, dense, lucene"
+    assert bad.exit_code == 2 and bad.stderr.strip() == (
+        "error: Invalid value for '--kind': 'tfidf' is not one of 'bm25', 'dense', 'lucene' (see main index build --help)"
+    )
     broken = tmp_path / "broken.jsonl"
     broken.write_text(corpus.read_text() + '{"id": "c", "contents": \n')
     bad = CliRunner().invoke(main, ["index", "build", "--corpus", str(broken), "--kind", "bm25", "--out", str(tmp_path / "iz")])

@@ -11,11 +11,11 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from cfbench.cli import main
+from cfbench.harness import stats
 from cfbench.harness.evaluate import evaluate
 from cfbench.harness.metrics import BENCHMARKS, GROUPS, METRICS
 from cfbench.harness.protocol import Knobs
 from cfbench.harness.suite import load_suite
-from cfbench.leaderboard import stats
 from cfbench.leaderboard.build import build
 from cfbench.leaderboard.store import load_run
 from leaderboard_runs import RETRIEVER, write_run

@@ -10,7 +10,7 @@ import json
 from click.testing import CliRunner
 
 from cfbench.cli import main
-from cfbench.leaderboard import stats
+from cfbench.harness import stats
 from cfbench.leaderboard.build import build
 from cfbench.leaderboard.store import STORED_TRAJECTORIES, add, content_id, load_run
 from leaderboard_runs import write_run

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from cfbench.harness import stats
 from cfbench.harness.metrics import BENCHMARKS, METRICS
-from cfbench.leaderboard import stats
 from leaderboard_runs import question_ids
 
 

@@ -1,10 +1,26 @@
-"""`cfbench train --plan`: per-GPU memory against a hand estimate, and refusal of a run that cannot fit."""
+"""`cfbench train --plan`: per-GPU memory against a hand estimate, refusal of a run that cannot fit, and the schedule,
+time and launch command of every scale."""
+
+import json
+import statistics
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from cfbench.cli import main
-from cfbench.training.plan import SHAPES, estimate, phases, plan
+from cfbench.harness.errors import CfbenchError
+from cfbench.training.plan import (
+    CPU_SECONDS_PER_ROLLOUT,
+    MEASURED_PARAMS,
+    MEASURED_ROLLOUTS,
+    SHAPES,
+    estimate,
+    phase_steps,
+    phases,
+    plan,
+    shape_of,
+)
 from cfbench.training.treatments import load_config
 
 GB = 1e9
@@ -63,9 +79,76 @@ def test_a_run_that_cannot_fit_is_refused_naming_the_knob(treatment, gpus, memor
     assert len(lines) == 1 and "does not fit" in lines[0] and f"change {knob}" in lines[0].replace("knob ", "")
 
 
-def test_plan_refuses_a_model_it_has_no_shape_for():
-    result = CliRunner().invoke(main, ["train", "--treatment", "search-r1", "--scale", "cpu-smoke", "--plan"])
-    assert result.exit_code == 2 and "smollm2-135m" in result.output and "SHAPES" in result.output
+def test_plan_refuses_a_model_it_has_no_shape_for_and_says_how_to_get_it():
+    with pytest.raises(CfbenchError) as refused:
+        plan(load_config("search-r1", "paper") | {"model": "example-org/no-such-model"}, 8, 80)
+    message = str(refused.value)
+    assert "huggingface-cli download example-org/no-such-model config.json" in message and "plan.py" not in message
+
+
+@pytest.mark.parametrize("treatment", ["search-r1", "dr-zero", "crossfit"])
+@pytest.mark.parametrize("scale", ["cpu-smoke", "cpu", "paper"])
+def test_every_scale_gets_a_plan_with_steps_tokens_time_and_launch_command(treatment, scale):
+    result = CliRunner().invoke(main, ["train", "--treatment", treatment, "--scale", scale, "--plan"], terminal_width=300)
+    assert result.exit_code == 0, result.output
+    text = result.output
+    config = load_config(treatment, scale)
+    steps = config.steps if config.steps is not None else config.scheduled_steps
+    assert f"schedule: {steps} steps" in text and f"{config.samples_per_prompt} samples" in text
+    assert "rollout tokens: at most" in text and "time: about" in text and "plan.py" not in text
+    [launch] = [line for line in text.splitlines() if line.startswith("launch: ")]
+    assert f"train --treatment {treatment} --scale {scale} --out runs/{treatment}-{scale}" in launch
+    if scale == "paper":
+        assert launch.startswith("launch: accelerate launch --config_file cfbench/training/configs/accelerate-ddp.yaml --num_processes 8")
+        assert text.strip().splitlines()[-1].startswith("fits: sharded bf16") and " h on 8 GPUs" in text
+    else:
+        assert launch.startswith("launch: cfbench train") and "CPU-hours" in text and "GB per GPU" not in text
+        assert "shape from " in text and "config.json" in text  # read from the bundled model, not a table
+
+
+def test_the_shape_read_from_config_json_is_smollm2s_own_count():
+    """SmolLM2-135M: 30 layers x (576 x (576 + 2 x 192) q, k, v + 576 x 576 o + 3 x 576 x 1536 mlp) + 49152 x 576 tied
+    embeddings = 134,479,872 (its 134.5 M less the norms)."""
+    shape, source = shape_of("smollm2-135m-search")
+    assert source.endswith("smollm2-135m/config.json") and not shape.query_gate and shape.tied
+    assert shape.params == 30 * (576 * (576 + 2 * 192) + 576 * 576 + 3 * 576 * 1536) + 49152 * 576 == MEASURED_PARAMS
+
+
+def test_the_cpu_costs_are_the_studys_measured_steps():
+    """The constants the CPU estimates scale, read back from the committed metrics of the 135M study (cpu_s per step)."""
+    study = Path(__file__).resolve().parents[1] / "leaderboards" / "fixed1325" / "study"
+
+    def rows(treatment):
+        return [json.loads(line) for line in (study / treatment / "metrics.jsonl").read_text().splitlines()]
+
+    search_r1 = [r["cpu_s"] for r in rows("search-r1")]
+    proposer = [r["cpu_s"] for r in rows("dr-zero") if r["phase"] == "proposer"]
+    training_solver = [r["cpu_s"] for r in rows("dr-zero") if r["phase"] == "solver" and r["admitted"]]
+    measured = {"policy": statistics.mean(search_r1), "proposer": statistics.median(proposer), "solver": statistics.mean(training_solver)}
+    for phase, cpu_s in measured.items():
+        assert CPU_SECONDS_PER_ROLLOUT[phase] * MEASURED_ROLLOUTS == pytest.approx(cpu_s, rel=0.02), phase
+    config = load_config("search-r1", "cpu")  # the measured run's own config: the estimate is its measured total
+    assert config.prompts_per_step * config.samples_per_prompt == MEASURED_ROLLOUTS
+    [time] = [line for line in plan(config, 8, 80) if line.startswith("time:")]
+    assert time.startswith(f"time: about {sum(search_r1) / 3600:.2f} CPU-hours")
+
+
+def test_steps_cut_a_self_evolution_schedule_in_its_order():
+    config = load_config("dr-zero", "cpu", steps=40)  # round 1: 18 proposer + 22 of its 25 solver steps
+    assert phase_steps(config) == {"proposer": 18, "solver": 22}
+    assert phase_steps(load_config("dr-zero", "cpu")) == {"proposer": 54, "solver": 75}
+
+
+def test_the_launch_command_repeats_the_options_that_change_the_run():
+    args = ["train", "--treatment", "crossfit", "--scale", "cpu", "--plan", "--steps", "40", "--control", "same-source", "--threads", "4"]
+    result = CliRunner().invoke(main, args, terminal_width=300)
+    assert result.exit_code == 0, result.output
+    [launch] = [line for line in result.output.splitlines() if line.startswith("launch: ")]
+    assert (
+        launch
+        == "launch: cfbench train --treatment crossfit --scale cpu --out runs/crossfit-cpu --steps 40 --control same-source --threads 4"
+    )
+    assert "about 0." in result.output and "h on 4 cores" in result.output
 
 
 def test_training_without_plan_still_needs_out():

@@ -262,8 +262,8 @@ def test_bad_training_input_is_one_line_and_overwrites_nothing(tmp_path):
     (pruned / "checkpoint-3").mkdir(parents=True)
     (pruned / "config.json").write_text(json.dumps(to_json(load_config("search-r1", "cpu-smoke"))))
     for args, message in [
-        (["--treatment", "nope"], "unknown treatment 'nope'"),
-        (["--treatment", "search-r1", "--scale", "huge"], "has no scale 'huge'"),
+        (["--treatment", "nope"], "Invalid value for '--treatment': 'nope' is not one of 'base', 'search-r1'"),
+        (["--treatment", "search-r1", "--scale", "huge"], "Invalid value for '--scale': 'huge' is not one of 'cpu', 'cpu-smoke', 'paper'"),
         (["--treatment", "search-r1", "--out", str(run)], "already holds files; pass --resume"),
         (["--treatment", "search-r1", "--out", str(run), "--resume"], "holds a 'base' run, not 'search-r1'"),
         (["--treatment", "search-r1", "--out", str(tmp_path / "empty"), "--resume"], "holds no training run"),

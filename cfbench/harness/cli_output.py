@@ -10,10 +10,13 @@ import time
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.text import Text
 
 from cfbench.harness.errors import CfbenchError
 
-console = Console(stderr=True)
+# markup=False: messages carry user text and install hints such as pip install 'cfbench[vllm]', which rich markup would
+# read as a style tag and drop; nothing cfbench prints to this console is markup.
+console = Console(stderr=True, markup=False)
 
 
 def _terminated(signum, frame):
@@ -37,7 +40,7 @@ class one_line_errors:
         if self.previous is not None:
             signal.signal(signal.SIGTERM, self.previous)
         if kind is not None and issubclass(kind, CfbenchError):
-            console.print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
+            console.print(Text("error: ", style="red") + Text(str(err)), highlight=False, soft_wrap=True)
             sys.exit(2)
         if kind is KeyboardInterrupt:
             console.print(f"interrupted: {self.resume_hint}", highlight=False)
@@ -111,11 +114,11 @@ def job_progress(
         yield JobProgress(description, unit, total, fields, None, quiet)
         return
     columns = (
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
-        *(TextColumn(f"{name} {{task.fields[{name}]}}") for name in fields),
-        TextColumn("{task.fields[rate]}"),
+        *(TextColumn(f"{name} {{task.fields[{name}]}}", markup=False) for name in fields),
+        TextColumn("{task.fields[rate]}", markup=False),
         TimeElapsedColumn(),
         TextColumn("ETA"),
         TimeRemainingColumn(),

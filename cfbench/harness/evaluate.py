@@ -100,7 +100,8 @@ def trajectory_row(traj) -> dict:
 def run_config(suite: Suite, backend: Backend, retriever: Retriever, knobs: Knobs, batch_size: int, seed: int) -> dict:
     """Everything that decides the outputs; a resumed run must match it exactly."""
     return {
-        "suite": {"name": suite.name, "path": portable(suite.path), "sha256": suite.sha256, "n": len(suite.questions)},
+        "suite": {"name": suite.name, "path": portable(suite.path), "sha256": suite.sha256, "n": len(suite.questions)}
+        | ({"limit": suite.limit} if suite.limit is not None else {}),  # absent on a whole-suite run: its record is as before
         "protocol": {"version": protocol.PROTOCOL_VERSION, "knobs": knobs.as_dict()},
         "metric_version": metrics.METRIC_VERSION,
         "model": backend.describe(),

@@ -30,12 +30,17 @@ class Question:
 
 @dataclass(frozen=True)
 class Suite:
-    """A loaded suite: its name, file, the sha256 the questions were read with, and the questions in file order."""
+    """A loaded suite: its name, file, the sha256 the questions were read with, and the questions in file order.
+
+    `limit`: when set, only the first `limit` questions of each benchmark (in file order) are kept (`cfbench eval
+    --limit N`); the file and its hash stay the suite's identity, and the limit is recorded beside them.
+    """
 
     name: str
     path: Path
     sha256: str
     questions: tuple[Question, ...]
+    limit: int | None = None
 
 
 def bundled_suites() -> dict[str, dict]:
@@ -56,6 +61,19 @@ def load_suite(name_or_path: str) -> Suite:
     data = jsonl.read_bytes(path)
     stem = path.name.split(".")[0]
     return Suite(stem, path, jsonl.sha256(data), _parse(path, data, stem))
+
+
+def first_per_benchmark(suite: Suite, limit: int) -> Suite:
+    """The suite cut to the first `limit` questions of each benchmark, in file order: the same subset every time."""
+    if limit < 1:
+        raise CfbenchError(f"--limit must be at least 1, got {limit}")
+    seen: dict[str, int] = {}
+    kept = []
+    for q in suite.questions:
+        seen[q.benchmark] = seen.get(q.benchmark, 0) + 1
+        if seen[q.benchmark] <= limit:
+            kept.append(q)
+    return Suite(suite.name, suite.path, suite.sha256, tuple(kept), limit)
 
 
 def _parse(path: Path, data: bytes, default_benchmark: str) -> tuple[Question, ...]:

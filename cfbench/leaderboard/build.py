@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from cfbench.harness import stats
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import json_text, write_atomic
 from cfbench.harness.metrics import GROUPS, METRICS
-from cfbench.leaderboard import comparable, stats
+from cfbench.leaderboard import comparable
 from cfbench.leaderboard.page import page
 from cfbench.leaderboard.question_page import QUESTIONS, question_file, question_page
 from cfbench.leaderboard.reported import reported

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from cfbench.harness.cli_output import console, one_line_errors
 from cfbench.harness.errors import CfbenchError
-from cfbench.harness.metrics import GROUPS
+from cfbench.harness.metrics import GROUPS, METRICS
 
 ROOT = Path("leaderboards")
 _root = click.option(
@@ -20,7 +21,15 @@ _root = click.option(
 
 @click.group()
 def leaderboard() -> None:
-    """Store runs and build the per-suite leaderboards (tables, CSV, LaTeX, a static page)."""
+    """Store runs and build the per-suite leaderboards (tables, CSV, LaTeX, a static page).
+
+    \b
+    Examples:
+      cfbench leaderboard add runs/mine --name "SmolLM2-135M mine" --treatment Search-R1 --scale 135M
+      cfbench leaderboard build                       # regenerate every suite's tables and page
+      cfbench leaderboard rescore                     # check the published tables against the stored predictions
+      cfbench leaderboard export runs/mine --out lmeval/results_mine.json   # lm-eval's layout, with samples_*.jsonl
+    """
 
 
 def _suite_names(suites: tuple[str, ...], root: Path) -> list[str]:
@@ -36,9 +45,9 @@ def _suite_names(suites: tuple[str, ...], root: Path) -> list[str]:
 @leaderboard.command("add")
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--name", default=None, help="Row label [default: the model id].")
-@click.option("--treatment", default=None, help="Training treatment, e.g. Base, Search-R1, CrossFit.")
-@click.option("--scale", default=None, help="Model size, e.g. 135M, 4B.")
-@click.option("--config", default=None, help="Training configuration (cfbench train --scale), e.g. cpu, paper; 'untrained' for none.")
+@click.option("--treatment", default=None, help="Treatment label shown in the tables (free text), e.g. Base, Search-R1, CrossFit.")
+@click.option("--scale", default=None, help="Model size label shown in the tables (free text), e.g. 135M, 4B.")
+@click.option("--config", default=None, help="Training configuration label (cfbench train --scale), e.g. cpu, paper; 'untrained' for none.")
 @_root
 def add_cmd(run_dir, name, treatment, scale, config, root) -> None:
     """Store a finished run's results and per-question scores under ROOT/<suite>/runs/ (adding twice changes nothing)."""
@@ -111,23 +120,42 @@ def rescore_cmd(suites, root) -> None:
 @click.argument("run", type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="File to write (JSON).")
 def export_cmd(run, out) -> None:
-    """Write a run (a run directory or a stored entry) in lm-evaluation-harness's results layout."""
+    """Write a run (a run directory or a stored entry) in lm-evaluation-harness's results layout, and beside it each
+    task's questions as lm-eval's --log_samples writes them (samples_<task>_<date id>.jsonl).
+
+    \b
+    Example:
+      cfbench leaderboard export runs/mine --out lmeval/mine/results_2026-01-02T03-04-05.json
+    """
     from cfbench.harness.jsonl import json_text, write_atomic
-    from cfbench.leaderboard.lmeval import lmeval_results
+    from cfbench.leaderboard.lmeval import lmeval_results, sample_files
     from cfbench.leaderboard.store import load_run
 
     with one_line_errors():
-        write_atomic(out, json_text(lmeval_results(load_run(run))))
-        console.print(f"lm-eval results: {out}", highlight=False, soft_wrap=True)
+        the_run = load_run(run)
+        files = {out: json_text(lmeval_results(the_run))} | sample_files(out, the_run)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        for path, text in files.items():
+            write_atomic(path, text)
+        kept = f"; per-sample files: {len(files) - 1} beside it" if len(files) > 1 else "; no per-sample files (a scores-only entry)"
+        console.print(f"lm-eval results: {out}{kept}", highlight=False, soft_wrap=True)
 
 
 @click.command("compare")
 @click.argument("run_a", type=click.Path(path_type=Path))
 @click.argument("run_b", type=click.Path(path_type=Path))
-@click.option("--metric", type=click.Choice(["cover_em", "em", "sub_em", "f1"]), default="cover_em", show_default=True)
+@click.option("--metric", type=click.Choice(METRICS), default="cover_em", show_default=True, help="The metric compared.")
 def compare_cmd(run_a, run_b, metric) -> None:
-    """Per-benchmark A - B with paired-bootstrap 95% intervals and p-values, on the questions both runs answered."""
-    from cfbench.leaderboard import comparable, stats
+    """Per-benchmark A - B with paired-bootstrap 95% intervals and p-values, on the questions both runs answered.
+
+    Runs compare when they share suite, protocol knobs, metric version, retriever and --limit (or both have none).
+
+    \b
+    Example:
+      cfbench compare runs/trained runs/base --metric f1
+    """
+    from cfbench.harness import stats
+    from cfbench.leaderboard import comparable
     from cfbench.leaderboard.store import load_run
     from cfbench.leaderboard.tables import column_label, pct, signed
 
@@ -143,8 +171,10 @@ def compare_cmd(run_a, run_b, metric) -> None:
         if not shared:
             raise CfbenchError(f"{run_a} and {run_b} share no question ids; pairing needs the same questions")
         table = Table(
-            title=f"{metric}: A = {a.labels['name']} ({a.id}), B = {b.labels['name']} ({b.id}); "
-            f"paired bootstrap, {stats.RESAMPLES} resamples, seed {stats.SEED}"
+            title=escape(
+                f"{metric}: A = {a.labels['name']} ({a.id}), B = {b.labels['name']} ({b.id}); "
+                f"paired bootstrap, {stats.RESAMPLES} resamples, seed {stats.SEED}"
+            )  # a label is the user's text: never markup
         )
         for column in ("benchmark", "n", "A", "B", "A - B", "95% interval", "p"):
             table.add_column(column, justify="left" if column == "benchmark" else "right")
@@ -160,7 +190,7 @@ def compare_cmd(run_a, run_b, metric) -> None:
                 pct(r["a"]),
                 pct(r["b"]),
                 signed(r["delta"]),
-                f"[{signed(r['lo'])}, {signed(r['hi'])}]",
+                escape(f"[{signed(r['lo'])}, {signed(r['hi'])}]"),
                 f"{r['p']:.3f}",
             )
         Console().print(table)

@@ -1,6 +1,6 @@
 """The comparability guard: which runs may be ranked in one table.
 
-Two runs are comparable when they answered the same suite (hash), under the same protocol version
+Two runs are comparable when they answered the same suite (hash) cut by the same `eval --limit` (or none), under the same protocol version
 and knobs, scored by the same metric version, with the same retriever (kind, parameters, corpus and
 index hashes). The model's engine settings (engine, threads, batch size, device) never split a
 table: they are what is being compared. Where a file or server lived is not part of a retriever's
@@ -20,7 +20,8 @@ _LOCATIONS = frozenset({"corpus", "url", "run"})  # paths and addresses; the has
 def key(results: dict) -> dict:
     """What must be equal for two runs to share a table."""
     return {
-        "suite": {"name": results["suite"]["name"], "sha256": results["suite"].get("sha256")},
+        "suite": {"name": results["suite"]["name"], "sha256": results["suite"].get("sha256")}
+        | ({"limit": results["suite"]["limit"]} if results["suite"].get("limit") is not None else {}),
         "protocol": results["protocol"],
         "metric_version": results["metric_version"],
         "retriever": _identity(results["retriever"]),

@@ -139,6 +139,7 @@ def add(run: Run, root: Path, labels: dict[str, str | None]) -> tuple[Path, bool
     scores, same labels unless new ones are given).
     """
     suite = check_suite_name(run.results["suite"]["name"], str(run.path / RESULTS))
+    check_whole_suite(run)
     if (root / suite).exists() and not (root / suite).is_dir():
         raise CfbenchError(
             f"{run.path / RESULTS}: suite {suite!r} names the file {root / suite}, not a leaderboard folder; "
@@ -165,6 +166,16 @@ def add(run: Run, root: Path, labels: dict[str, str | None]) -> tuple[Path, bool
     return dest, True
 
 
+def check_whole_suite(run: Run) -> None:
+    """A leaderboard ranks whole suites: a run of the first N questions per benchmark (`eval --limit N`) is refused."""
+    limit = run.results["suite"].get("limit")
+    if limit is not None:
+        raise CfbenchError(
+            f"{run.path}: an `eval --limit {limit}` run (first {limit} questions per benchmark) cannot go on a leaderboard; "
+            "evaluate the whole suite (no --limit) to publish"
+        )
+
+
 def check_suite_name(name: str, where: str) -> str:
     """A suite name names a leaderboard folder, so it must be a plain folder name."""
     if not _SUITE_NAME.fullmatch(name):
@@ -180,6 +191,7 @@ def stored_runs(suite_dir: Path) -> list[Run]:
     for run in runs:
         if run.id != run.path.name:
             raise CfbenchError(f"{run.path}: its content hashes to {run.id}, not its folder name; restore it or add the run again")
+        check_whole_suite(run)
         if run.results["suite"]["name"] != suite_dir.name:
             raise CfbenchError(f"{run.path}: a run of suite {run.results['suite']['name']!r} stored under {suite_dir}; move it")
     return runs

@@ -12,20 +12,29 @@ import click
 from cfbench.harness.cli_output import console, job_progress, one_line_errors
 from cfbench.harness.errors import CfbenchError
 from cfbench.training.selfevolve.crossfit import AUX_BUDGETS, CONTROLS
+from cfbench.training.treatments import TREATMENTS, scales
 
 if TYPE_CHECKING:
     from cfbench.training.config.classes import WarmStartConfig
 
 
+SCALES = sorted({scale for treatment in TREATMENTS for scale in scales(treatment)})
+
+
 @click.command("train")
 @click.option(
-    "--treatment", required=True, help="base, search-r1, dr-zero, msv, crossfit, msv-crossfit or warm-start (training/treatments.py)."
+    "--treatment",
+    type=click.Choice(list(TREATMENTS)),
+    required=True,
+    help="What to train (training/treatments.py; warm-start makes the bundled smollm2-135m-search).",
 )
 @click.option(
     "--scale",
+    type=click.Choice(SCALES),
     default="cpu-smoke",
     show_default=True,
-    help="cpu-smoke, cpu (the study's table at 135M; for warm-start the shipped adapter's recipe) or paper.",
+    help="cpu-smoke: a few small steps that check the set-up; cpu: the study's table at 135M on CPU (for warm-start, the "
+    "shipped adapter's recipe); paper: the study's GPU scale.",
 )
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Run directory: checkpoints, metrics, rollouts (unless --plan).")
 @click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --out.")
@@ -63,8 +72,8 @@ if TYPE_CHECKING:
     "--plan",
     "plan_only",
     is_flag=True,
-    help="Print the run's per-GPU memory (training/plan.py; with --engine verl in verl's layout, verl_engine/plan.py); "
-    "refuse one that cannot fit.",
+    help="Print the run's plan (steps, tokens, estimated time, launch command; per-GPU memory at the paper scale, in verl's "
+    "layout with --engine verl) and train nothing.",
 )
 @click.option("--gpus", type=click.IntRange(min=1), default=8, show_default=True, help="--plan, --engine verl: GPUs the run uses.")
 @click.option("--gpu-memory", type=click.FloatRange(min=1), default=80, show_default=True, help="--plan: memory of one GPU in GB.")
@@ -94,7 +103,16 @@ def train_cmd(
     gpus,
     gpu_memory,
 ) -> None:
-    """Train a treatment; every checkpoint-N is a model dir `cfbench eval --ckpt` scores unchanged."""
+    """Train a treatment; every checkpoint-N is a model dir `cfbench eval --ckpt` scores unchanged.
+
+    \b
+    Examples:
+      cfbench train --treatment search-r1 --scale cpu-smoke --out runs/smoke      # a few steps, minutes
+      cfbench train --treatment crossfit --scale cpu --plan                       # what a run takes, before starting it
+      cfbench train --treatment crossfit --scale cpu --out runs/crossfit          # the study's 135M row, hours on 2 cores
+      cfbench train --treatment search-r1 --scale cpu --out runs/sr1 --resume     # continue from the last checkpoint
+      cfbench train --treatment search-r1 --scale paper --plan --gpus 8 --gpu-memory 80
+    """
     import torch
     from accelerate import PartialState
 
@@ -124,7 +142,9 @@ def train_cmd(
             from cfbench.training.plan import plan
             from cfbench.training.verl_engine.plan import verl_plan
 
-            return click.echo("\n".join((verl_plan if engine == "verl" else plan)(config, gpus, gpu_memory)))
+            if engine == "verl":
+                return click.echo("\n".join(verl_plan(config, gpus, gpu_memory)))
+            return click.echo("\n".join(plan(config, gpus, gpu_memory, threads or 2, _run_options(click.get_current_context()))))
         if dry_run and engine != "verl":
             raise CfbenchError("--dry-run prints the configuration --engine verl launches: add --engine verl")
         if engine == "verl":
@@ -156,6 +176,18 @@ def train_cmd(
         if PartialState().is_main_process:
             console.print(f"checkpoint: {last}  (score it: cfbench eval --ckpt {last} --suite mini --out runs/NAME)")
         end_processes()
+
+
+def _run_options(ctx: click.Context) -> tuple[str, ...]:
+    """The options given that change the run, as the plan's launch command repeats them."""
+    out: list[str] = []
+    for param in ctx.command.params:
+        if param.name in ("treatment", "scale", "out", "plan_only", "gpus", "gpu_memory", "threads", "resume"):
+            continue
+        if ctx.get_parameter_source(param.name) == click.core.ParameterSource.COMMANDLINE:
+            value = ctx.params[param.name]
+            out += [param.opts[0]] if param.is_flag else [param.opts[0], str(value)]
+    return tuple(out)
 
 
 def _warm_start(config: WarmStartConfig, out: Path, resume: bool, export: Path | None) -> None:

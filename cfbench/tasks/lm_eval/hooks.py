@@ -1,4 +1,5 @@
-"""lm-eval hooks for the `cfbench_fixed1325` task group (cfbench_fixed1325.yaml): cfbench's questions and cfbench's metrics.
+"""lm-eval hooks for cfbench's closed-book tasks (cfbench_<benchmark>.yaml, groups cfbench_single_hop, cfbench_multi_hop,
+cfbench_avg7): cfbench's questions and cfbench's metrics.
 
 lm-eval imports this file by path (`!function hooks.NAME`), so a closed-book baseline of any lm-eval model is scored on
 the same questions with the same normalisation and Cover-EM/EM/substring-EM/F1 as a cfbench run.

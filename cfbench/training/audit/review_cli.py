@@ -13,6 +13,15 @@ from cfbench.harness.paths import shown
 _RUN = click.Path(exists=True, file_okay=False, path_type=Path)
 
 
+class _DefaultContext(click.Context):
+    """The default command's context: it is run as `cfbench audit RUNS...`, so its usage line and error hints say that,
+    not `cfbench audit audit` (click names a subcommand's context after the word that chose it)."""
+
+    @property
+    def command_path(self) -> str:
+        return self.parent.command_path if self.parent is not None else super().command_path
+
+
 class AuditGroup(click.Group):
     """`cfbench audit RUNS... --judge SPEC` stays the audit; a first word naming a subcommand runs that instead.
 
@@ -27,6 +36,7 @@ class AuditGroup(click.Group):
         )
         super().__init__(name=default.name, help=help_text, context_settings={"ignore_unknown_options": True}, **kwargs)
         self.default = default
+        default.context_class = _DefaultContext
 
     def resolve_command(self, ctx: click.Context, args: list[str]):
         if args and args[0] in self.commands:

@@ -31,7 +31,7 @@ def verl_plan(config: TrainingConfig, gpus: int, gpu_memory: float) -> list[str]
     if not isinstance(config, RLConfig):
         raise CfbenchError(f"--plan covers the RL treatments (search-r1 and the self-evolution ones), not {config.treatment!r}")
     refuse_unsupported(config)
-    shape, k = shape_of(config.model), config.knobs
+    (shape, _), k = shape_of(config.model), config.knobs
     p, usable, share = shape.params, gpu_memory * GB * (1 - RESERVE), rollout_memory(config)
     vllm = share * gpu_memory * GB
     length = k.max_context_tokens + k.max_new_tokens  # vLLM's max_model_len

@@ -5,7 +5,7 @@ replaces them with what the records give now, --check (what tests/test_study_tab
 naming every block that differs. Sources, all committed:
 - results, status, checks, changes: the leaderboard's ranks (leaderboards/fixed1325/results.json), the
   stored runs (leaderboards/fixed1325/runs/, rescored from their predictions by cfbench.leaderboard.store)
-  and the paired bootstrap of cfbench.leaderboard.stats (docs/protocol.md §3.5), the same code the
+  and the paired bootstrap of cfbench.harness.stats (docs/protocol.md §3.5), the same code the
   leaderboard uses;
 - admissions, pooled, training, search_r1: each run's judged/*/audit.json and metrics.jsonl;
 - round3: each run's judged/sheet-llm-annotators/audit.json (`cfbench audit`);
@@ -22,8 +22,8 @@ import re
 import sys
 from pathlib import Path
 
+from cfbench.harness import stats
 from cfbench.harness.metrics import BENCHMARKS
-from cfbench.leaderboard import stats
 from cfbench.leaderboard.reported import reported
 from cfbench.leaderboard.store import load_run
 from cfbench.training.audit import judges_agree

@@ -10,6 +10,9 @@ Intervals are percentile intervals of the resampled means. The p of a paired com
 centred bootstrap's two-sided p: with d the observed difference of means and d*_b its value in
 resample b, p = (1 + #{b : |d*_b - d| >= |d|}) / (RESAMPLES + 1). Ties count (scores are 0/1, so
 |d*_b - d| = |d| happens in a few percent of resamples): the test is conservative, never liberal.
+
+It lives with evaluation so that the table `cfbench eval` prints (harness/report.py) and the leaderboard show the same
+intervals from one implementation; the leaderboard imports it from here.
 """
 
 from __future__ import annotations
