@@ -125,9 +125,8 @@ def self_evolve(
             step, tasks_for_step(corpus, pool, step, config.prompts_per_step, config.seed, config.hop_weights), folds, engines
         )
         rolled = time.time()
-        loop.updates(
-            state, engines, lambda name, episodes: update(roles[name], accelerator, episodes, config, tokenizer.pad_token_id or 0, reference)
-        )
+        pad = tokenizer.pad_token_id or 0
+        loop.updates(state, engines, lambda name, episodes: update(roles[name], accelerator, episodes, config, pad, reference))
         updated = time.time()
         row = state.metrics(rolled - began, updated - rolled, device)
         row["cpu_s"] = _cpu_seconds(accelerator, time.process_time() - began_cpu)  # every thread's; a paused run adds none
