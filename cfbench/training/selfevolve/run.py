@@ -115,6 +115,7 @@ def self_evolve(
     served = AdapterSync(config.rollout_server, out) if config.rollout_server else None
 
     last = out / f"checkpoint-{start}"
+    pad = tokenizer.pad_token_id or 0
     for step in range(start + 1, config.steps + 1):
         began, began_cpu = time.time(), time.process_time()
         # a sharded role's sampler copy is shared by every role and refreshed before each of its rollouts (ready_to_sample)
@@ -125,7 +126,6 @@ def self_evolve(
             step, tasks_for_step(corpus, pool, step, config.prompts_per_step, config.seed, config.hop_weights), folds, engines
         )
         rolled = time.time()
-        pad = tokenizer.pad_token_id or 0
         loop.updates(state, engines, lambda name, episodes: update(roles[name], accelerator, episodes, config, pad, reference))
         updated = time.time()
         row = state.metrics(rolled - began, updated - rolled, device)
