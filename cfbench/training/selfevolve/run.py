@@ -135,6 +135,7 @@ def self_evolve(
         if main:
             write_jsonl(out / "audit" / f"step-{step}.jsonl", state.audit_rows())
             append_row(out / "metrics.jsonl", row)
+            plot_curves(out / "metrics.jsonl", out / "curves.png", SELF_EVOLUTION_PANELS)  # every step, as Search-R1's
         if step % config.save_every == 0 or step == config.steps:
             last = save(
                 accelerator,
@@ -144,8 +145,6 @@ def self_evolve(
                 step,
                 {"config": to_json(config), "provenance": provenance.to_json(), "corpus_sha256": corpus.sha256, "matcher": MATCHER},
             )
-            if main:
-                plot_curves(out / "metrics.jsonl", out / "curves.png", SELF_EVOLUTION_PANELS)
         if main:
             on_step(row)
     return last
