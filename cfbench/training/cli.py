@@ -11,7 +11,7 @@ import click
 
 from cfbench.harness.cli_output import console, job_progress, one_line_errors
 from cfbench.harness.errors import CfbenchError
-from cfbench.training.selfevolve.crossfit import AUX_BUDGETS, CONTROLS
+from cfbench.training.config.choices import AUX_BUDGETS, CONTROLS
 
 if TYPE_CHECKING:
     from cfbench.training.config.classes import WarmStartConfig

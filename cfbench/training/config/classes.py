@@ -22,6 +22,7 @@ from typing import ClassVar
 
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.protocol import Knobs
+from cfbench.training.config.choices import AUX_BUDGETS, CONTROLS, FORMATS, aux_updates_now
 from cfbench.training.config.schema import (
     ANY_TEXT,
     FLAG,
@@ -42,8 +43,6 @@ from cfbench.training.config.schema import (
 )
 from cfbench.training.config.sections import Lora, Mix, Objective, Reward
 from cfbench.training.core.sharding import SHARDINGS
-from cfbench.training.selfevolve.crossfit import AUX_BUDGETS, CONTROLS, aux_updates_now
-from cfbench.training.selfevolve.proposer import FORMATS
 
 SELF_EVOLUTION = {
     "dr-zero": (False, False),

@@ -45,6 +45,7 @@ from cfbench.harness.corpus import load_corpus
 from cfbench.harness.jsonl import write_jsonl
 from cfbench.harness.protocol import Knobs, user_prompt
 from cfbench.harness.suite import Question
+from cfbench.training.config.choices import aux_updates_now
 from cfbench.training.config.classes import RLConfig, SelfEvolutionConfig
 from cfbench.training.config.schema import to_json
 from cfbench.training.core.answers import MATCHER, matches
@@ -405,7 +406,7 @@ class _Loop:
                 self.provenance.add("proposer", s.folds[t.id], t.source_id)
             return
         for name in crossfit.solvers(c.crossfit, c.control):
-            if name != "main" and not crossfit.aux_updates_now(c.aux_budget, s.index):
+            if name != "main" and not aux_updates_now(c.aux_budget, s.index):
                 continue
             mine = [t for t in s.admitted if name in crossfit.trainers(s.folds[t.id], c.crossfit, c.control)]
             if not mine:
