@@ -209,9 +209,9 @@ def _mean_over_processes(accelerator, row: dict) -> dict:
     """Each process saw an equal share of the step's prompts, so the step's value is the mean of theirs."""
     if accelerator.num_processes == 1:
         return row
-    keys = [k for k in sorted(row) if k != "step"]
+    keys = [k for k in sorted(row) if k not in ("step", "optimizer_step")]
     means = accelerator.reduce(torch.tensor([float(row[k]) for k in keys], dtype=torch.float64, device=accelerator.device), "mean").tolist()
-    return {"step": row["step"], **dict(zip(keys, means))}
+    return {"step": row["step"], **dict(zip(keys, means)), "optimizer_step": row["optimizer_step"]}  # decided for all processes at once
 
 
 def _save_base(config: BaseConfig, out: Path) -> Path:
