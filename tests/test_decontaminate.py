@@ -10,7 +10,7 @@ from cfbench.harness.corpus import load_corpus
 from cfbench.harness.paths import TASKS_DIR
 from cfbench.harness.retrievers.index import build_index, open_index
 from cfbench.harness.suite import load_suite
-from cfbench.tasks.build_data import build_answerable, build_train
+from cfbench.tasks.build_data import build_answerable, build_train, without_answer_leaks
 from cfbench.tasks.decontaminate import answer_leaks, answerable, contaminated_pairs
 
 HELD_OUT = [
@@ -89,6 +89,8 @@ def test_build_answerable_keeps_covered_questions_and_drops_answer_leaks(tmp_pat
         "answer_leak": {"nq": 0, "hotpotqa": 1},
         "kept": {"nq": 1, "hotpotqa": 0},
     }
+    # the full mix (search-r1) keeps unanswerable questions and drops only the leak
+    assert without_answer_leaks(rows, retriever, fixed, k=1) == (rows[:2], {"nq": 0, "hotpotqa": 1})
 
 
 def _questions(name: str, entry: dict) -> list[str]:
@@ -120,3 +122,14 @@ def test_the_answerable_set_records_its_filter_and_counts():
     assert entry["filter"]["k"] == 3 and entry["filter"]["retriever"] == "bm25"
     assert sum(entry["per_source"].values()) == entry["n"] and all(entry["per_source"].values())  # both sources of the mix
     assert all(entry["per_source"][s] == entry["answerable"][s] - entry["dropped"]["answer_leak"][s] for s in entry["per_source"])
+
+
+@pytest.mark.parametrize("name", ["search-r1-answerable"])
+def test_the_answerable_set_leaks_no_fixed1325_answer_and_every_question_is_answerable(name, bm25):
+    entry = SHIPPED[name]
+    rows = [row for _, row in jsonl.iter_rows(TASKS_DIR / entry["file"], jsonl.read_verified(TASKS_DIR / entry["file"], entry["sha256"]))]
+    hits = bm25.search([r["question"] for r in rows], entry["filter"]["k"])
+    suite = TASKS_DIR / "suites" / "fixed1325.jsonl"  # the suite's own rows: Question holds no evidence ids
+    fixed = [(row["golden_answers"], row["evidence_ids"]) for _, row in jsonl.iter_rows(suite, jsonl.read_bytes(suite))]
+    assert answer_leaks([r["golden_answers"] for r in rows], [[h.id for h in hs] for hs in hits], fixed) == []
+    assert all(answerable(r["golden_answers"], [h.contents for h in hs]) for r, hs in zip(rows, hits))

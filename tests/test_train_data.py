@@ -18,12 +18,11 @@ def manifest_entry() -> dict:
 def test_the_bundled_set_matches_its_manifest_entry():
     questions = load_train_set("search-r1")
     entry = manifest_entry()
-    assert len(questions) == entry["n"] == 10111
-    assert (
-        {s: sum(q.benchmark == s for q in questions) for s in ("nq", "hotpotqa")} == entry["per_source"] == {"nq": 10011, "hotpotqa": 100}
-    )
+    assert len(questions) == entry["n"] == 10055
+    assert {s: sum(q.benchmark == s for q in questions) for s in ("nq", "hotpotqa")} == entry["per_source"] == {"nq": 9955, "hotpotqa": 100}
     assert entry["dropped"]["eval_overlap"] == {"nq": 5, "hotpotqa": 800}
     assert entry["dropped"]["near_duplicate"] == {"nq": 6, "hotpotqa": 0}  # the 6 pairs with fixed1325 NQ (tests/test_decontaminate.py)
+    assert entry["dropped"]["answer_leak"] == {"nq": 56, "hotpotqa": 0}
     assert len({q.id for q in questions}) == len(questions)
     assert all(q.golden_answers and all(a.strip() for a in q.golden_answers) for q in questions)
     assert all(q.question == q.question.strip() and q.question.endswith("?") for q in questions)

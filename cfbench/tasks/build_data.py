@@ -345,20 +345,26 @@ def build_train(
     return rows, dropped
 
 
-def build_answerable(rows: list[dict], retriever, fixed: list[dict], k: int = ANSWERABLE_K) -> tuple[list[dict], dict]:
-    """The rows whose gold answer the BM25 top-k of their question covers, minus answer leaks; and the counts.
+def _leaking(rows: list[dict], hits: list, fixed: list[dict]) -> set[int]:
+    """Rows that retrieve the evidence passage of a fixed1325 question with the same gold answer (tasks/decontaminate.py:
+    the bundled corpus is also the evaluation corpus)."""
+    evidence = [(f["golden_answers"], f["evidence_ids"]) for f in fixed]
+    return set(answer_leaks([r["golden_answers"] for r in rows], [[h.id for h in hs] for hs in hits], evidence))
 
-    Leaks: a row that retrieves the evidence passage of a fixed1325 question with the same gold answer
-    (tasks/decontaminate.py: the bundled corpus is also the evaluation corpus).
-    """
+
+def without_answer_leaks(rows: list[dict], retriever, fixed: list[dict], k: int = ANSWERABLE_K) -> tuple[list[dict], dict[str, int]]:
+    """The rows that leak no fixed1325 answer through their BM25 top-k, and per source how many leaked."""
+    leaks = _leaking(rows, retriever.search([r["question"] for r in rows], k), fixed)
+    counts = dict.fromkeys(TRAIN_SOURCES, 0)
+    for i in leaks:
+        counts[rows[i]["source"]] += 1
+    return [r for i, r in enumerate(rows) if i not in leaks], counts
+
+
+def build_answerable(rows: list[dict], retriever, fixed: list[dict], k: int = ANSWERABLE_K) -> tuple[list[dict], dict]:
+    """The rows whose gold answer the BM25 top-k of their question covers, minus answer leaks; and the counts."""
     hits = retriever.search([r["question"] for r in rows], k)
-    leaks = set(
-        answer_leaks(
-            [r["golden_answers"] for r in rows],
-            [[h.id for h in hs] for hs in hits],
-            [(f["golden_answers"], f["evidence_ids"]) for f in fixed],
-        )
-    )
+    leaks = _leaking(rows, hits, fixed)
     kept: list[dict] = []
     counts = {c: dict.fromkeys(TRAIN_SOURCES, 0) for c in ("candidates", "answerable", "answer_leak", "kept")}
     for i, (row, found) in enumerate(zip(rows, hits, strict=True)):
@@ -396,7 +402,7 @@ def main() -> None:
         "--train-sources",
         type=Path,
         default=None,
-        help="shared/data/train_sources: also build train/search-r1-answerable.jsonl.gz (needs the bm25 index of the corpus)",
+        help="shared/data/train_sources: also build train/search-r1-answerable.jsonl.gz",
     )
     parser.add_argument("--out", type=Path, default=HERE, help="where suites/, corpus/, train/ and manifest.json go")
     args = parser.parse_args()
@@ -427,9 +433,13 @@ def main() -> None:
         manifest["suites"][name] = {"file": f"suites/{file}", "sha256": sha, "n": len(rows), "per_benchmark": counts}
     sha = write(args.out / "corpus" / "bundled.jsonl.gz", jsonl_bytes(corpus.rows))
     manifest["corpus"]["bundled"] = {"file": "corpus/bundled.jsonl.gz", "sha256": sha, "n": len(corpus.rows)}
+    from cfbench.harness.retrievers.choose import retriever_for
+
+    retriever = retriever_for("bm25", args.out / "corpus" / "bundled.jsonl.gz")  # what a training rollout's search ranks
     eval_questions = [r["question"] for r in fixed + mini + full]
     fixed_questions = [r["question"] for r in fixed]
     train, dropped = build_train(train_candidates(args.sources), eval_questions, fixed_questions)
+    train, leaks = without_answer_leaks(train, retriever, fixed)
     sha = write(args.out / "train" / "search-r1.jsonl.gz", jsonl_bytes(train))
     counts = {s: sum(r["source"] == s for r in train) for s in TRAIN_SOURCES}
     manifest["train"]["search-r1"] = {
@@ -437,14 +447,11 @@ def main() -> None:
         "sha256": sha,
         "n": len(train),
         "per_source": counts,
-        "dropped": dropped,
+        "dropped": dropped | {"answer_leak": leaks},
     }
     if args.train_sources is not None:
-        from cfbench.harness.retrievers.choose import retriever_for
-
-        corpus_path = args.out / "corpus" / "bundled.jsonl.gz"
         rows, dropped = build_train(train_candidates(args.sources, args.train_sources), eval_questions, fixed_questions)
-        kept, counts = build_answerable(rows, retriever_for("bm25", corpus_path), fixed)
+        kept, counts = build_answerable(rows, retriever, fixed)
         sha = write(args.out / "train" / "search-r1-answerable.jsonl.gz", jsonl_bytes(kept))
         manifest["train"]["search-r1-answerable"] = {
             "file": "train/search-r1-answerable.jsonl.gz",
