@@ -40,13 +40,12 @@ def test_every_bundled_row_has_provenance_and_aliases():
 
 
 def test_builder_reproduces_the_shipped_files_byte_for_byte(tmp_path):
-    sources = REPO.parent / "shared" / "data" / "sources"
+    sources, train_sources = REPO.parent / "shared" / "data" / "sources", REPO.parent / "shared" / "data" / "train_sources"
     assert sources.is_dir(), f"this test rebuilds tasks/ from {sources}: the project's reference data must sit beside the checkout"
-    subprocess.run(
-        [sys.executable, "-m", "cfbench.tasks.build_data", "--sources", str(sources), "--out", str(tmp_path)], cwd=REPO, check=True
-    )
+    command = ["-m", "cfbench.tasks.build_data", "--sources", str(sources), "--train-sources", str(train_sources), "--out", str(tmp_path)]
+    subprocess.run([sys.executable, *command], cwd=REPO, check=True)
     built, shipped = (json.loads((d / "manifest.json").read_text()) for d in (tmp_path, TASKS_DIR))
-    owned = {"corpus": ["bundled"], "train": ["search-r1"]}  # build_warmstart owns the other entries
+    owned = {"corpus": ["bundled"], "train": ["search-r1", "search-r1-answerable"]}  # build_warmstart owns the other entries
     shipped = {k: {n: v[n] for n in owned[k]} if k in owned else v for k, v in shipped.items()}
     assert built == shipped
     for rel in (
@@ -55,6 +54,7 @@ def test_builder_reproduces_the_shipped_files_byte_for_byte(tmp_path):
         "suites/full.jsonl.gz",
         "corpus/bundled.jsonl.gz",
         "train/search-r1.jsonl.gz",
+        "train/search-r1-answerable.jsonl.gz",
     ):
         assert (tmp_path / rel).read_bytes() == (TASKS_DIR / rel).read_bytes(), rel
 
