@@ -21,9 +21,9 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 ROWS = json.loads((FIXTURES / "sources" / "ROWS.json").read_text())  # original positions of the rows the cut kept
 
 
-def build(module: str, sources: Path, out: Path) -> None:
+def build(module: str, sources: Path, out: Path, *extra: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", module, "--sources", str(sources), "--out", str(out)], cwd=REPO, capture_output=True, text=True
+        [sys.executable, "-m", module, "--sources", str(sources), "--out", str(out), *extra], cwd=REPO, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr[-4000:]
 
@@ -117,9 +117,9 @@ def sources() -> Path:
 @pytest.mark.sources
 @pytest.mark.slow
 def test_the_original_sources_rebuild_the_shipped_suites_byte_for_byte(sources, tmp_path):
-    build("cfbench.tasks.build_data", sources / "sources", tmp_path)
+    build("cfbench.tasks.build_data", sources / "sources", tmp_path, "--train-sources", str(sources / "train_sources"))
     built, shipped = (json.loads((d / "manifest.json").read_text()) for d in (tmp_path, TASKS_DIR))
-    owned = {"corpus": ["bundled"], "train": ["search-r1"]}  # build_warmstart owns the other entries
+    owned = {"corpus": ["bundled"], "train": ["search-r1", "search-r1-answerable"]}  # build_warmstart owns the other entries
     shipped = {k: {n: v[n] for n in owned[k]} if k in owned else v for k, v in shipped.items()}
     assert built == shipped
     for rel in (
@@ -128,6 +128,7 @@ def test_the_original_sources_rebuild_the_shipped_suites_byte_for_byte(sources, 
         "suites/full.jsonl.gz",
         "corpus/bundled.jsonl.gz",
         "train/search-r1.jsonl.gz",
+        "train/search-r1-answerable.jsonl.gz",
     ):
         assert (tmp_path / rel).read_bytes() == (TASKS_DIR / rel).read_bytes(), rel
 

@@ -7,6 +7,7 @@ import torch
 
 from cfbench.harness.corpus import Corpus
 from cfbench.harness.errors import CfbenchError
+from cfbench.training.config.choices import aux_updates_now
 from cfbench.training.core.objective import group_advantages
 from cfbench.training.selfevolve import crossfit, msv, proposer
 from cfbench.training.selfevolve.run import schedule
@@ -154,7 +155,7 @@ def test_crossfit_routes_each_fold_to_the_other_folds_solver():
         assert crossfit.scorer(h, False, "none") == "main" and crossfit.trainers(h, False, "none") == ["main"]
     assert crossfit.fold(task, {"doc3": 1}, "none") == 1
     assert crossfit.fold(task, {"doc3": 1}, "random-split") == fold_of("s1-t0")
-    assert [crossfit.aux_updates_now("half", i) for i in range(4)] == [True, False, True, False]
+    assert [aux_updates_now("half", i) for i in range(4)] == [True, False, True, False]
     assert crossfit.solvers(True, "full-data") == ["main", "aux-all"] and crossfit.solvers(False, "none") == ["main"]
 
 

@@ -18,11 +18,11 @@ def manifest_entry() -> dict:
 def test_the_bundled_set_matches_its_manifest_entry():
     questions = load_train_set("search-r1")
     entry = manifest_entry()
-    assert len(questions) == entry["n"] == 10117
-    assert (
-        {s: sum(q.benchmark == s for q in questions) for s in ("nq", "hotpotqa")} == entry["per_source"] == {"nq": 10017, "hotpotqa": 100}
-    )
+    assert len(questions) == entry["n"] == 10055
+    assert {s: sum(q.benchmark == s for q in questions) for s in ("nq", "hotpotqa")} == entry["per_source"] == {"nq": 9955, "hotpotqa": 100}
     assert entry["dropped"]["eval_overlap"] == {"nq": 5, "hotpotqa": 800}
+    assert entry["dropped"]["near_duplicate"] == {"nq": 6, "hotpotqa": 0}  # the 6 pairs with fixed1325 NQ (tests/test_decontaminate.py)
+    assert entry["dropped"]["answer_leak"] == {"nq": 56, "hotpotqa": 0}
     assert len({q.id for q in questions}) == len(questions)
     assert all(q.golden_answers and all(a.strip() for a in q.golden_answers) for q in questions)
     assert all(q.question == q.question.strip() and q.question.endswith("?") for q in questions)
@@ -62,7 +62,8 @@ def test_a_user_file_with_and_without_source(tmp_path):
 
 
 def test_unknown_spec_names_the_bundled_sets():
-    with pytest.raises(CfbenchError, match=r"unknown training set 'search-r2': not a bundled set \(search-r1, warmstart\)"):
+    listed = r"\(search-r1, warmstart, search-r1-answerable\)"
+    with pytest.raises(CfbenchError, match=rf"unknown training set 'search-r2': not a bundled set {listed}"):
         load_train_set("search-r2")
 
 

@@ -3,6 +3,8 @@ file, key and value, run records written before the recipe knobs existed still r
 recipes carry the upstream settings."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -84,3 +86,22 @@ def test_the_paper_recipes_carry_the_upstream_settings():
     for treatment in ("search-r1", "dr-zero"):  # the cpu-smoke scale keeps the plain objective (the resume tests' numbers)
         smoke = load_config(treatment, "cpu-smoke")
         assert (smoke.objective.kl_coef, smoke.objective.updates_per_batch, smoke.warmup_ratio) == (0.0, 1, 0.0)
+
+
+def test_the_configuration_imports_none_of_the_code_it_configures():
+    """config/ owns its constants (config/choices.py): importing the config classes loads no self-evolution module, so
+    selfevolve/ (whose sources.py reads the config) can import the config without a circle."""
+    code = "import sys, cfbench.training.config.classes; print([m for m in sys.modules if m.startswith('cfbench.training.selfevolve')])"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("treatment", ["search-r1", "dr-zero", "msv", "crossfit", "msv-crossfit"])
+def test_the_cpu_recipe_is_one_with_signal(treatment):
+    """Issue 35's recipe: groups that can differ, observations that show all top-3 passages, no empty updates, no warmup."""
+    config = load_config(treatment, "cpu")
+    assert config.prompts_per_step >= 4 and config.samples_per_prompt >= 2
+    assert config.knobs.max_obs_tokens >= 500 and config.knobs.topk == 3
+    assert config.skip_empty_updates and config.objective.kl_coef == 0
+    assert config.warmup(config.steps or 75) == 0
+    if treatment == "search-r1":
+        assert config.train_set == "search-r1-answerable"

@@ -1,15 +1,17 @@
 """The learner's update with the config's recipe terms, on a real (tiny, random) Llama: KL to the frozen
 reference, N clipped updates per batch, and the warmup schedule, against values computed here by hand."""
 
+import copy
 import math
 
 import pytest
 import torch
 from accelerate import Accelerator
 
+from cfbench.harness.errors import CfbenchError
 from cfbench.training.core.episodes import Episode, collate
 from cfbench.training.core.learner import learner
-from cfbench.training.core.objective import group_advantages, token_logprobs
+from cfbench.training.core.objective import group_advantages, groups_with_signal, token_logprobs
 from cfbench.training.core.policy_update import mini_batches, reference_model, update
 from cfbench.training.treatments import load_config
 from tolerances import assert_adamw_first_steps_agree, first_gradients
@@ -39,7 +41,44 @@ def test_defaults_are_one_plain_step_and_record_no_recipe_terms(tiny_llama):
     hand = sum(-a[i] * (logp[i] * trained[i]).sum() / trained[i].sum() for i in range(4)) / 4
     stats = update(role, accelerator, EPISODES, config(), 0)
     assert stats.loss == pytest.approx(hand.item(), abs=1e-5)
-    assert adam_steps(role) == 1 and set(stats.metrics()) == {"loss", "grad_norm"}
+    assert adam_steps(role) == 1 and set(stats.metrics()) == {"loss", "grad_norm", "groups_with_signal", "optimizer_step"}
+    assert stats.groups_with_signal == 1.0 and stats.optimizer_step
+
+
+def test_groups_with_signal_counts_groups_whose_rewards_differ():
+    assert groups_with_signal([1.0, 0.0, 0.0, 0.0, 0.3, 0.3], [0, 0, 1, 1, 2, 2]) == pytest.approx(1 / 3)
+    assert groups_with_signal([1.0], [0]) == 0.0 and groups_with_signal([], []) == 0.0
+
+
+def test_a_group_of_equal_rewards_has_advantage_exactly_zero():
+    rewards = torch.tensor([0.1 + 0.2] * 5 + [0.3, 0.7])  # 0.1 + 0.2 rounds: a mean of them need not equal them
+    advantages = group_advantages(rewards, [0] * 5 + [1, 1])
+    assert advantages[:5].tolist() == [0.0] * 5 and advantages[5] < 0 < advantages[6]
+
+
+def test_a_step_with_every_advantage_zero_leaves_weights_and_optimizer_state_unchanged(tiny_llama):
+    accelerator = Accelerator(cpu=True)
+    cfg = config() | {"skip_empty_updates": True}
+    role = learner(cfg, tiny_llama, accelerator, 10)
+    assert update(role, accelerator, EPISODES, cfg, 0).optimizer_step  # a real step first: AdamW's moments are now non-zero
+    empty = [Episode(e.ids, e.trained, reward, e.group) for e, reward in zip(EPISODES, [1.0, 1.0, 0.0, 0.0])]  # equal within groups
+    weights = {k: v.clone() for k, v in role.model.state_dict().items()}
+    moments, schedule = copy.deepcopy(role.optimizer.state_dict()), copy.deepcopy(role.scheduler.state_dict())
+    stats = update(role, accelerator, empty, cfg, 0)
+    assert not stats.optimizer_step and stats.groups_with_signal == 0.0 and stats.loss == 0.0
+    assert all(torch.equal(weights[k], v) for k, v in role.model.state_dict().items())
+    after = role.optimizer.state_dict()
+    assert after["param_groups"] == moments["param_groups"] and role.scheduler.state_dict() == schedule
+    for key, state in moments["state"].items():
+        assert all(torch.equal(value, after["state"][key][name]) for name, value in state.items())
+    # without the knob the same step moves the weights through AdamW's first moment and counts a step
+    assert update(role, accelerator, empty, config(), 0).optimizer_step and adam_steps(role) == 2
+    assert not all(torch.equal(weights[k], v) for k, v in role.model.state_dict().items())
+
+
+def test_skipping_empty_updates_is_refused_with_a_kl_term():
+    with pytest.raises(CfbenchError, match="knob skip_empty_updates: with objective.kl_coef 0.001"):
+        config(kl_coef=0.001) | {"skip_empty_updates": True}
 
 
 def test_the_kl_term_is_the_hand_computed_k3_to_the_reference(tiny_llama):

@@ -73,6 +73,7 @@ def test_a_step_changes_the_weights_and_records_everything(two_steps):
     assert record["step"] == 2 and parse(SearchR1Config, record["config"], "record") == two_step_config()
     rollouts = [json.loads(line) for line in (two_steps / "rollouts" / "step-1.jsonl").read_text().splitlines()]
     assert len(rollouts) == 5 and len({json.dumps(r["turns"]) for r in rollouts}) > 1  # sampled, not greedy
+    assert rows[0]["groups_with_signal"] == float(len({r["reward"] for r in rollouts}) > 1) == 1.0 and rows[0]["optimizer_step"] is True
     assert (two_steps / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # one resume state, in the latest checkpoint: optimizer, scheduler and RNG; the weights only as the HF model
     assert not (two_steps / "checkpoint-1" / "state").exists() and (two_steps / "checkpoint-1" / "model.safetensors").is_file()

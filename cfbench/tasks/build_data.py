@@ -1,6 +1,6 @@
 """Build cfbench's shipped suites, bundled corpus and training set from shared/data/sources.
 
-    python -m cfbench.tasks.build_data --sources ../shared/data/sources
+    python -m cfbench.tasks.build_data --sources ../shared/data/sources --train-sources ../shared/data/train_sources
 
 Deterministic: the same sources and seed give byte-identical files (gzip headers carry no time).
 The rules are written down in tasks/README.md; keep the two in step.
@@ -24,6 +24,7 @@ import pandas as pd
 
 from cfbench.harness.metrics import BENCHMARKS, normalize
 from cfbench.harness.protocol import normalize_question
+from cfbench.tasks.decontaminate import answer_leaks, answerable, contaminated_pairs
 
 SEED = 1325
 PER_BENCHMARK = 200
@@ -267,17 +268,19 @@ def choose(cat: Catalog, pool: list[Row], n: int, rng: random.Random) -> list[Ro
     return sorted(chosen, key=position.__getitem__)
 
 
-# ---------------------------------------------------------------- training set
+# ---------------------------------------------------------------- training sets
 
 TRAIN_SOURCES = ("nq", "hotpotqa")
-DROP_REASONS = ("no_answer", "eval_overlap", "repeat")
+DROP_REASONS = ("no_answer", "eval_overlap", "near_duplicate", "repeat")
+ANSWERABLE_K = 3  # the protocol's topk (docs/protocol.md §2.3): what one search shows the model
 
 
-def train_candidates(src: Path) -> Iterator[tuple[str, dict, str, list[str]]]:
+def train_candidates(src: Path, train_src: Path | None = None) -> Iterator[tuple[str, dict, str, list[str]]]:
     """(source, provenance, question, answers) in file order: Search-R1's mix of NQ and HotpotQA training questions.
 
     hotpotqa_train_800.parquet says "train" but all 800 questions are HotpotQA dev questions (26 of
-    them in fixed1325), so build_train drops every one; HippoRAG's 100 are real train questions.
+    them in fixed1325), so build_train drops every one; HippoRAG's 100 are real train questions, and
+    with `train_src` (shared/data/train_sources) so are ECM's 500 HotpotQA train questions.
     """
     name = "nq/ambigqa_train_nq_open_questions.json"
     for i, r in enumerate(json.loads((src / name).read_text(encoding="utf-8"))):
@@ -289,27 +292,47 @@ def train_candidates(src: Path) -> Iterator[tuple[str, dict, str, list[str]]]:
     name = "hotpotqa/hipporag_hotpotqa_train100.json"
     for r in json.loads((src / name).read_text(encoding="utf-8")):
         yield "hotpotqa", {"file": name, "id": r["_id"]}, r["question"], [r["answer"]]
+    if train_src is not None:
+        name = "hotpotqa/ecm_hotpotqa_train_500_evidence.jsonl"
+        for i, r in enumerate(read_jsonl(train_src / name)):
+            yield "hotpotqa", {"file": f"train_sources/{name}", "row": i}, r["question"], [r["answer"]]
 
 
-def build_train(src: Path, eval_questions: Iterable[str]) -> tuple[list[dict], dict[str, dict[str, int]]]:
+def build_train(
+    candidates: Iterable[tuple[str, dict, str, list[str]]], eval_questions: Iterable[str], fixed_questions: list[str]
+) -> tuple[list[dict], dict[str, dict[str, int]]]:
     """Training rows, and per reason and source how many were dropped.
 
     A row is dropped when it has no non-blank answer, when its normalised question is one an eval
-    suite asks (training on it would leak into the benchmark), or when an earlier row asks it.
+    suite asks (training on it would leak into the benchmark), when it is a near-duplicate of a
+    fixed1325 question (tasks/decontaminate.py), or when an earlier row asks it.
     """
+    candidates = list(candidates)
     held_out = {qkey(q) for q in eval_questions}
+    near = {p.train for p in contaminated_pairs([c[2] for c in candidates], fixed_questions)}
     seen: set[str] = set()
     rows: list[dict] = []
     dropped = {reason: dict.fromkeys(TRAIN_SOURCES, 0) for reason in DROP_REASONS}
-    for source, provenance, question, answers in train_candidates(src):
+    for index, (source, provenance, question, answers) in enumerate(candidates):
         answers = list(dict.fromkeys(a.strip() for a in map(str, answers) if a.strip()))
         key = qkey(question)
-        reason = "no_answer" if not answers else "eval_overlap" if key in held_out else "repeat" if key in seen else None
+        reason = (
+            "no_answer"
+            if not answers
+            else "eval_overlap"
+            if key in held_out
+            else "near_duplicate"
+            if index in near
+            else "repeat"
+            if key in seen
+            else None
+        )
         if reason:
             dropped[reason][source] += 1
             continue
         seen.add(key)
-        local = provenance["id"] if "id" in provenance else f"row-{provenance['row']}"
+        ecm = "ecm_" in provenance["file"]  # its rows have no ids; "row-N" names rows of the other sources
+        local = provenance["id"] if "id" in provenance else f"{'ecm-' if ecm else ''}row-{provenance['row']}"
         rows.append(
             {
                 "id": f"{source}-train/{local}",
@@ -320,6 +343,41 @@ def build_train(src: Path, eval_questions: Iterable[str]) -> tuple[list[dict], d
             }
         )
     return rows, dropped
+
+
+def _leaking(rows: list[dict], hits: list, fixed: list[dict]) -> set[int]:
+    """Rows that retrieve the evidence passage of a fixed1325 question with the same gold answer (tasks/decontaminate.py:
+    the bundled corpus is also the evaluation corpus)."""
+    evidence = [(f["golden_answers"], f["evidence_ids"]) for f in fixed]
+    return set(answer_leaks([r["golden_answers"] for r in rows], [[h.id for h in hs] for hs in hits], evidence))
+
+
+def without_answer_leaks(rows: list[dict], retriever, fixed: list[dict], k: int = ANSWERABLE_K) -> tuple[list[dict], dict[str, int]]:
+    """The rows that leak no fixed1325 answer through their BM25 top-k, and per source how many leaked."""
+    leaks = _leaking(rows, retriever.search([r["question"] for r in rows], k), fixed)
+    counts = dict.fromkeys(TRAIN_SOURCES, 0)
+    for i in leaks:
+        counts[rows[i]["source"]] += 1
+    return [r for i, r in enumerate(rows) if i not in leaks], counts
+
+
+def build_answerable(rows: list[dict], retriever, fixed: list[dict], k: int = ANSWERABLE_K) -> tuple[list[dict], dict]:
+    """The rows whose gold answer the BM25 top-k of their question covers, minus answer leaks; and the counts."""
+    hits = retriever.search([r["question"] for r in rows], k)
+    leaks = _leaking(rows, hits, fixed)
+    kept: list[dict] = []
+    counts = {c: dict.fromkeys(TRAIN_SOURCES, 0) for c in ("candidates", "answerable", "answer_leak", "kept")}
+    for i, (row, found) in enumerate(zip(rows, hits, strict=True)):
+        counts["candidates"][row["source"]] += 1
+        if not answerable(row["golden_answers"], [h.contents for h in found]):
+            continue
+        counts["answerable"][row["source"]] += 1
+        if i in leaks:
+            counts["answer_leak"][row["source"]] += 1
+            continue
+        counts["kept"][row["source"]] += 1
+        kept.append(row)
+    return kept, counts
 
 
 def jsonl_bytes(rows: list[dict]) -> bytes:
@@ -340,6 +398,12 @@ def write(path: Path, data: bytes) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sources", type=Path, default=HERE.parent.parent / "shared" / "data" / "sources")
+    parser.add_argument(
+        "--train-sources",
+        type=Path,
+        default=None,
+        help="shared/data/train_sources: also build train/search-r1-answerable.jsonl.gz",
+    )
     parser.add_argument("--out", type=Path, default=HERE, help="where suites/, corpus/, train/ and manifest.json go")
     args = parser.parse_args()
     (args.out / "suites").mkdir(parents=True, exist_ok=True)
@@ -369,7 +433,13 @@ def main() -> None:
         manifest["suites"][name] = {"file": f"suites/{file}", "sha256": sha, "n": len(rows), "per_benchmark": counts}
     sha = write(args.out / "corpus" / "bundled.jsonl.gz", jsonl_bytes(corpus.rows))
     manifest["corpus"]["bundled"] = {"file": "corpus/bundled.jsonl.gz", "sha256": sha, "n": len(corpus.rows)}
-    train, dropped = build_train(args.sources, (r["question"] for r in fixed + mini + full))
+    from cfbench.harness.retrievers.choose import retriever_for
+
+    retriever = retriever_for("bm25", args.out / "corpus" / "bundled.jsonl.gz")  # what a training rollout's search ranks
+    eval_questions = [r["question"] for r in fixed + mini + full]
+    fixed_questions = [r["question"] for r in fixed]
+    train, dropped = build_train(train_candidates(args.sources), eval_questions, fixed_questions)
+    train, leaks = without_answer_leaks(train, retriever, fixed)
     sha = write(args.out / "train" / "search-r1.jsonl.gz", jsonl_bytes(train))
     counts = {s: sum(r["source"] == s for r in train) for s in TRAIN_SOURCES}
     manifest["train"]["search-r1"] = {
@@ -377,8 +447,27 @@ def main() -> None:
         "sha256": sha,
         "n": len(train),
         "per_source": counts,
-        "dropped": dropped,
+        "dropped": dropped | {"answer_leak": leaks},
     }
+    if args.train_sources is not None:
+        rows, dropped = build_train(train_candidates(args.sources, args.train_sources), eval_questions, fixed_questions)
+        kept, counts = build_answerable(rows, retriever, fixed)
+        sha = write(args.out / "train" / "search-r1-answerable.jsonl.gz", jsonl_bytes(kept))
+        manifest["train"]["search-r1-answerable"] = {
+            "file": "train/search-r1-answerable.jsonl.gz",
+            "sha256": sha,
+            "n": len(kept),
+            "per_source": counts["kept"],
+            "filter": {
+                "rule": "a gold alias is covered (cover_em) by the text of the question's BM25 top-k passages, read together",
+                "retriever": "bm25",
+                "corpus": "corpus/bundled.jsonl.gz",
+                "k": ANSWERABLE_K,
+            },
+            "candidates": counts["candidates"],
+            "answerable": counts["answerable"],
+            "dropped": dropped | {"answer_leak": counts["answer_leak"]},
+        }
     path.write_text(json.dumps(manifest, indent=2) + "\n")
 
 

@@ -11,7 +11,7 @@ import click
 
 from cfbench.harness.cli_output import console, job_progress, one_line_errors
 from cfbench.harness.errors import CfbenchError
-from cfbench.training.selfevolve.crossfit import AUX_BUDGETS, CONTROLS
+from cfbench.training.config.choices import AUX_BUDGETS, CONTROLS
 from cfbench.training.treatments import TREATMENTS, scales
 
 if TYPE_CHECKING:
@@ -164,12 +164,14 @@ def train_cmd(
         if export_adapter is not None:
             raise CfbenchError(f"--export-adapter applies to --treatment warm-start, not {treatment!r}")
 
-        with job_progress(
-            f"{treatment} {scale}", "step", config.steps, fields={"reward": ""}, transient=True, quiet=not PartialState().is_main_process
-        ) as progress:
+        live = {"reward": "", "signal": "", "updated": ""}
+        quiet = not PartialState().is_main_process
+        with job_progress(f"{treatment} {scale}", "step", config.steps, fields=live, transient=True, quiet=quiet) as progress:
+            seen: list[dict] = []
 
             def on_step(row: dict) -> None:
-                progress.update(completed=row["step"], reward=f"{row.get('reward', row.get('proposer_reward')):.3f}")
+                seen.append(row)
+                progress.update(completed=row["step"], **_signal_fields(seen))
                 console.print(f"step {row['step']}/{config.steps}  {_describe(row)}", highlight=False)
 
             last = train(config, out, resume=resume, on_step=on_step)
@@ -200,17 +202,34 @@ def _warm_start(config: WarmStartConfig, out: Path, resume: bool, export: Path |
         console.print(f"exported to {export}")
 
 
-def _describe(row: dict) -> str:
-    def num(value, spec: str) -> str:
-        return "-" if value is None else format(value, spec)
+def _signal_fields(rows: list[dict]) -> dict[str, str]:
+    """The live columns: this step's reward and groups with signal, and how many of this session's steps took an optimizer
+    step; so a run whose groups never differ (no gradient, nothing learnt) shows it within a few steps."""
+    row = rows[-1]
+    reward = row.get("reward", row.get("proposer_reward") if row.get("phase") == "proposer" else row.get("solver_reward"))
+    signal = row.get("groups_with_signal")
+    stepped = sum(bool(r.get("optimizer_step")) for r in rows)
+    return {"reward": _num(reward, ".3f"), "signal": _num(signal, ".0%"), "updated": f"{stepped}/{len(rows)}"}
 
+
+def _num(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _describe(row: dict) -> str:
     wall = f"rollout {row['rollout_s']:.0f} s  update {row['update_s']:.0f} s"
+    signal = f"groups with signal {_num(row.get('groups_with_signal'), '.0%')}  optimizer step {_stepped(row.get('optimizer_step'))}"
     if "phase" not in row:
         return (
-            f"reward {row['reward']:.3f}  loss {row['loss']:+.4f}  response {row['response_tokens']:.0f} tok  "
+            f"reward {row['reward']:.3f}  {signal}  loss {row['loss']:+.4f}  response {row['response_tokens']:.0f} tok  "
             f"searches {row['searches_per_rollout']:.2f}  well-formed {row['well_formed']:.2f}  {wall}"
         )
     return (
-        f"round {row['round']} {row['phase']}  proposer reward {num(row['proposer_reward'], '.3f')}  format {num(row['format'], '.2f')}  "
-        f"admitted {row['admitted']}/{row['tasks']}  agreement {num(row['agreement'], '.2f')}  loss {num(row['loss'], '+.4f')}  {wall}"
+        f"round {row['round']} {row['phase']}  proposer reward {_num(row['proposer_reward'], '.3f')}  "
+        f"format {_num(row['format'], '.2f')}  admitted {row['admitted']}/{row['tasks']}  agreement {_num(row['agreement'], '.2f')}  "
+        f"{signal}  loss {_num(row['loss'], '+.4f')}  {wall}"
     )
+
+
+def _stepped(value) -> str:
+    return "-" if value is None else "yes" if value else "no (every advantage 0)"

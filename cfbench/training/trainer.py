@@ -11,11 +11,12 @@ training/learner.py.
 
 Run directory (Search-R1):
     config.json                 the treatment config (every knob, training/config), fixed for the run
-    metrics.jsonl               one row per step: reward, loss (+ kl, clipped, ratio with the recipe terms on), lengths,
+    metrics.jsonl               one row per step: reward, groups_with_signal, optimizer_step, loss (+ kl, clipped, ratio with
+                                the recipe terms on), lengths,
                                 searches, wall time split, cpu_s (CPU seconds of every thread of every process)
     rollouts/step-N.jsonl       every sampled trajectory with its reward
     checkpoint-N/               HF model + tokenizer + cfbench_train.json, and state/ for --resume (latest only)
-    curves.png                  the metrics as plots
+    curves.png                  the metrics as plots (reward and groups with signal first), rewritten every step
 """
 
 from __future__ import annotations
@@ -165,10 +166,9 @@ def _search_r1(config: SearchR1Config, out: Path, start: int, accelerator, on_st
         if main:
             write_jsonl(out / "rollouts" / f"step-{step + 1}.jsonl", rows)
             append_row(out / "metrics.jsonl", row)
+            plot_curves(out / "metrics.jsonl", out / "curves.png")  # every step: a run without signal shows it at once
         if (step + 1) % config.save_every == 0 or step + 1 == config.steps:
             last = save(accelerator, roles, tokenizer, out, step + 1, {"config": to_json(config)})
-            if main:
-                plot_curves(out / "metrics.jsonl", out / "curves.png")
         if main:
             on_step(row)
     return last
@@ -209,9 +209,9 @@ def _mean_over_processes(accelerator, row: dict) -> dict:
     """Each process saw an equal share of the step's prompts, so the step's value is the mean of theirs."""
     if accelerator.num_processes == 1:
         return row
-    keys = [k for k in sorted(row) if k != "step"]
+    keys = [k for k in sorted(row) if k not in ("step", "optimizer_step")]
     means = accelerator.reduce(torch.tensor([float(row[k]) for k in keys], dtype=torch.float64, device=accelerator.device), "mean").tolist()
-    return {"step": row["step"], **dict(zip(keys, means))}
+    return {"step": row["step"], **dict(zip(keys, means)), "optimizer_step": row["optimizer_step"]}  # decided for all processes at once
 
 
 def _save_base(config: BaseConfig, out: Path) -> Path:

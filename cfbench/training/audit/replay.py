@@ -42,6 +42,7 @@ from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import dumps, jsonl_text, write_atomic
 from cfbench.harness.paths import shown
 from cfbench.training.audit.audit import RATES, judge_rows, out_dir, rates, run_config, saved_steps
+from cfbench.training.config.choices import aux_updates_now
 from cfbench.training.config.classes import SelfEvolutionConfig
 from cfbench.training.selfevolve import crossfit
 from cfbench.training.selfevolve.sources import FOLDS_FILE, Task, fold_of
@@ -228,7 +229,7 @@ def feedback(
 
     updates = dict.fromkeys(names, 0)
     for step, (epoch, index, batch) in enumerate(((e, i, b) for e in range(epochs) for i, b in enumerate(batches)), start=1):
-        if budget == "none" or not crossfit.aux_updates_now(budget, index + epoch):
+        if budget == "none" or not aux_updates_now(budget, index + epoch):
             continue
         for name in names:
             mine = [t for t in batch if name in crossfit.trainers(fold[t.id], True, control)]

@@ -22,6 +22,7 @@ from typing import ClassVar
 
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.protocol import Knobs
+from cfbench.training.config.choices import AUX_BUDGETS, CONTROLS, FORMATS, aux_updates_now
 from cfbench.training.config.schema import (
     ANY_TEXT,
     FLAG,
@@ -42,8 +43,6 @@ from cfbench.training.config.schema import (
 )
 from cfbench.training.config.sections import Lora, Mix, Objective, Reward
 from cfbench.training.core.sharding import SHARDINGS
-from cfbench.training.selfevolve.crossfit import AUX_BUDGETS, CONTROLS, aux_updates_now
-from cfbench.training.selfevolve.proposer import FORMATS
 
 SELF_EVOLUTION = {
     "dr-zero": (False, False),
@@ -131,6 +130,8 @@ class RLConfig(TrainingConfig):
     knobs: Knobs = section(Knobs)
     reward: Reward = section(Reward)
     objective: Objective = section(Objective, default=Objective(), omit_default=True)
+    # a step whose advantages are all zero takes no optimizer or scheduler step (core/policy_update.py); absent: false, as runs before it
+    skip_empty_updates: bool = knob(FLAG, False, omit_default=True)
     lora: Lora | None = section(Lora, default=None, omit_default=True)  # train LoRA adapters over the frozen model (core/learner.py)
     sharding: str | None = knob(or_absent(one_of(SHARDINGS)), None, omit_default=True)  # fsdp: ZeRO-3 across processes (core/sharding.py)
     bf16: bool = knob(FLAG, False, omit_default=True)  # a sharded role computes in bfloat16 over float32 master weights
@@ -149,6 +150,11 @@ class RLConfig(TrainingConfig):
             raise CfbenchError(
                 "knob rollout_server: only LoRA adapters are synced to a rollout server (vLLM's runtime LoRA loading); "
                 "add a lora section or remove rollout_server"
+            )
+        if self.skip_empty_updates and self.objective.kl_coef:
+            raise CfbenchError(
+                f"knob skip_empty_updates: with objective.kl_coef {self.objective.kl_coef} a step with zero advantages still pulls "
+                "toward the reference, so it is not empty; set kl_coef to 0 or skip_empty_updates to false"
             )
         if self.warmup_steps and self.warmup_ratio:
             raise CfbenchError(

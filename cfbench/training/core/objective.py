@@ -20,16 +20,26 @@ EPS = 1e-6
 def group_advantages(rewards: torch.Tensor, groups: list[int]) -> torch.Tensor:
     """(r - group mean) / (group std + 1e-6), std with Bessel's correction as torch.std (TRL, verl).
 
-    A group of one episode has no baseline to compare with, so its advantage is 0.
+    A group of one episode has no baseline to compare with, so its advantage is 0; so is that of a group
+    whose rewards are all equal, exactly (a mean of equal floats can round off them, and the rounding
+    divided by a std of the same size would be an advantage of about 0.01 out of nothing).
     """
     ids = torch.tensor(groups)
     out = torch.zeros_like(rewards, dtype=torch.float32)
     for g in ids.unique():
         members = ids == g
         r = rewards[members].float()
-        if len(r) > 1:
+        if len(r) > 1 and r.max() > r.min():
             out[members] = (r - r.mean()) / (r.std() + EPS)
     return out
+
+
+def groups_with_signal(rewards: list[float], groups: list[int]) -> float:
+    """The share of groups whose rewards are not all equal (non-zero variance): the only groups GRPO learns from."""
+    by_group: dict[int, set[float]] = {}
+    for r, g in zip(rewards, groups, strict=True):
+        by_group.setdefault(g, set()).add(r)
+    return sum(len(v) > 1 for v in by_group.values()) / len(by_group) if by_group else 0.0
 
 
 def token_logprobs(

@@ -9,6 +9,11 @@ gave the same tokens before the first step (the sampling policy: verl's old_log_
 are computed once over the whole batch, and the learning-rate schedule steps once per batch, as
 verl's actor does.
 
+With the config's `skip_empty_updates`, a step whose advantages are all zero (no group with signal, on
+any process) runs no forward or backward pass and takes no optimizer or scheduler step: AdamW would
+otherwise keep moving the weights along its first moment (each earlier update applied again, decayed
+by beta1 a step) and advance its moments and step count, and a warmup would spend a step on nothing.
+
 Rollouts' tokens are the ids their engine sampled (core/episodes.py); where the engine gave their
 log-probs, `sampler_gap` reports the mean |log pi - log pi_sampler| over them before the first step:
 about 0 when trainer and sampler compute the same policy, larger when their numerics (or weights) drift.
@@ -22,7 +27,7 @@ import torch
 
 from cfbench.harness.checkpoints import load_model
 from cfbench.training.core.episodes import Episode, collate, sampled_logprobs
-from cfbench.training.core.objective import group_advantages, kl_per_token, recipe_loss, token_logprobs
+from cfbench.training.core.objective import group_advantages, groups_with_signal, kl_per_token, recipe_loss, token_logprobs
 
 
 @dataclass(frozen=True)
@@ -33,11 +38,19 @@ class UpdateStats:
     clipped: float | None = None  # share of trained tokens whose ratio was outside [1 - clip_eps, 1 + clip_eps] (updates_per_batch > 1)
     ratio: float | None = None  # mean ratio pi / pi_old over the last mini-batch's trained tokens (updates_per_batch > 1)
     sampler_gap: float | None = None  # mean |log pi - log pi_sampler| before the first step, where the engine gave log-probs
+    groups_with_signal: float = 0.0  # share of this process's prompt groups whose rewards differ (objective.groups_with_signal)
+    optimizer_step: bool = True  # False: every advantage was zero and skip_empty_updates left the role untouched
 
     def metrics(self) -> dict:
-        """The metrics.jsonl columns: loss and grad_norm, and each recipe term's statistic when it is on."""
+        """The metrics.jsonl columns: loss, grad_norm, groups_with_signal, optimizer_step, and each recipe term's statistic when on."""
         extra = {"kl": self.kl, "clipped": self.clipped, "ratio": self.ratio, "sampler_gap": self.sampler_gap}
-        return {"loss": self.loss, "grad_norm": self.grad_norm, **{k: v for k, v in extra.items() if v is not None}}
+        return {
+            "loss": self.loss,
+            "grad_norm": self.grad_norm,
+            "groups_with_signal": self.groups_with_signal,
+            "optimizer_step": self.optimizer_step,
+            **{k: v for k, v in extra.items() if v is not None},
+        }
 
 
 def reference_model(config, location, accelerator):
@@ -63,7 +76,11 @@ def mini_batches(n: int, parts: int) -> list[range]:
 def update(role, accelerator, episodes: list[Episode], config, pad_id: int, reference=None) -> UpdateStats:
     """The step's update of `role` (a learner.Learner) on `episodes`, in micro-batches of config.micro_batch rows."""
     model, objective, device = role.model, config.objective, accelerator.device
-    advantages = group_advantages(torch.tensor([e.reward for e in episodes]), [e.group for e in episodes]).to(device)
+    rewards, groups = [e.reward for e in episodes], [e.group for e in episodes]
+    advantages = group_advantages(torch.tensor(rewards), groups).to(device)
+    signal = groups_with_signal(rewards, groups)
+    if config.skip_empty_updates and not _any_advantage(advantages, accelerator):
+        return UpdateStats(0.0, 0.0, groups_with_signal=signal, optimizer_step=False)  # the objective is exactly 0 (no KL term)
     parts = [
         [(first, min(first + config.micro_batch, part.stop)) for first in range(part.start, part.stop, config.micro_batch)]
         for part in mini_batches(len(episodes), objective.updates_per_batch)
@@ -100,7 +117,15 @@ def update(role, accelerator, episodes: list[Episode], config, pad_id: int, refe
         role.optimizer.zero_grad()
         losses.append(total)
     role.scheduler.step()
-    return UpdateStats(sum(losses) / len(losses), sum(norms) / len(norms), **tally.stats(bool(ref), bool(old)))
+    return UpdateStats(sum(losses) / len(losses), sum(norms) / len(norms), **tally.stats(bool(ref), bool(old)), groups_with_signal=signal)
+
+
+def _any_advantage(advantages: torch.Tensor, accelerator) -> bool:
+    """Whether any process has a non-zero advantage: every process then takes the step (their gradients are reduced together)."""
+    flag = (advantages != 0).any().to(torch.float32).reshape(1)
+    if accelerator.num_processes > 1:
+        flag = accelerator.reduce(flag, "sum")
+    return bool(flag.item() > 0)
 
 
 @torch.no_grad()

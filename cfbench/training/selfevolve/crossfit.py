@@ -9,7 +9,7 @@ Controls (CrossFit treatments only):
     same-source   a fold-h question is scored by `aux-h`, the solver trained on its own fold
     full-data     one auxiliary solver, `aux-all`, trains on every question and scores every question
     random-split  folds by question id rather than source id, so one source feeds both solvers
-`aux_budget: half` gives the auxiliary solvers every other solver update (half the budget).
+`aux_budget: half` gives the auxiliary solvers every other solver update (half the budget: config/choices.py).
 
 Provenance records, per solver (and the proposer), the folds and source ids it has trained on; every
 scored question carries its scorer's provenance at scoring time, and its label the provenance of the
@@ -19,9 +19,6 @@ model that produced it, so the audit can check the feedback path.
 from __future__ import annotations
 
 from cfbench.training.selfevolve.sources import Task, fold_of
-
-CONTROLS = ("none", "same-source", "full-data", "random-split")
-AUX_BUDGETS = ("full", "half")
 
 
 def solvers(crossfit: bool, control: str) -> list[str]:
@@ -48,10 +45,6 @@ def trainers(fold_h: int, crossfit: bool, control: str) -> list[str]:
     if not crossfit:
         return ["main"]
     return ["main", "aux-all" if control == "full-data" else f"aux-{fold_h}"]
-
-
-def aux_updates_now(aux_budget: str, solver_step_in_round: int) -> bool:
-    return aux_budget == "full" or solver_step_in_round % 2 == 0
 
 
 class Provenance:

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from cfbench.harness.metrics import normalize
 from cfbench.training.selfevolve.sources import Task
 
-FORMATS = ("strict", "graded")
 _TAGS = ("<question>", "</question>", "<answer>", "</answer>")
 _PROPOSAL = re.compile(r"<question>(.*?)</question>\s*<answer>(.*?)</answer>", re.DOTALL)
 

@@ -45,6 +45,7 @@ from cfbench.harness.corpus import load_corpus
 from cfbench.harness.jsonl import write_jsonl
 from cfbench.harness.protocol import Knobs, user_prompt
 from cfbench.harness.suite import Question
+from cfbench.training.config.choices import aux_updates_now
 from cfbench.training.config.classes import RLConfig, SelfEvolutionConfig
 from cfbench.training.config.schema import to_json
 from cfbench.training.core.answers import MATCHER, matches
@@ -57,7 +58,7 @@ from cfbench.training.core.learner import (
     start_roles,
 )
 from cfbench.training.core.plots import SELF_EVOLUTION_PANELS, plot_curves
-from cfbench.training.core.policy_update import update
+from cfbench.training.core.policy_update import UpdateStats, update
 from cfbench.training.core.rollouts import rollouts
 from cfbench.training.core.served import AdapterSync
 from cfbench.training.selfevolve import crossfit, msv, proposer
@@ -115,6 +116,7 @@ def self_evolve(
     served = AdapterSync(config.rollout_server, out) if config.rollout_server else None
 
     last = out / f"checkpoint-{start}"
+    pad = tokenizer.pad_token_id or 0
     for step in range(start + 1, config.steps + 1):
         began, began_cpu = time.time(), time.process_time()
         # a sharded role's sampler copy is shared by every role and refreshed before each of its rollouts (ready_to_sample)
@@ -125,19 +127,16 @@ def self_evolve(
             step, tasks_for_step(corpus, pool, step, config.prompts_per_step, config.seed, config.hop_weights), folds, engines
         )
         rolled = time.time()
-        losses = loop.updates(
-            state,
-            engines,
-            lambda name, episodes: update(roles[name], accelerator, episodes, config, tokenizer.pad_token_id or 0, reference).loss,
-        )
+        loop.updates(state, engines, lambda name, episodes: update(roles[name], accelerator, episodes, config, pad, reference))
         updated = time.time()
-        row = state.metrics(losses, rolled - began, updated - rolled, device)
+        row = state.metrics(rolled - began, updated - rolled, device)
         row["cpu_s"] = _cpu_seconds(accelerator, time.process_time() - began_cpu)  # every thread's; a paused run adds none
         if accelerator.num_processes > 1:
             row["processes"] = accelerator.num_processes  # each on its own device: the cost table's accelerator-hours
         if main:
             write_jsonl(out / "audit" / f"step-{step}.jsonl", state.audit_rows())
             append_row(out / "metrics.jsonl", row)
+            plot_curves(out / "metrics.jsonl", out / "curves.png", SELF_EVOLUTION_PANELS)  # every step, as Search-R1's
         if step % config.save_every == 0 or step == config.steps:
             last = save(
                 accelerator,
@@ -147,8 +146,6 @@ def self_evolve(
                 step,
                 {"config": to_json(config), "provenance": provenance.to_json(), "corpus_sha256": corpus.sha256, "matcher": MATCHER},
             )
-            if main:
-                plot_curves(out / "metrics.jsonl", out / "curves.png", SELF_EVOLUTION_PANELS)
         if main:
             on_step(row)
     return last
@@ -220,6 +217,7 @@ class _Step:
         self.k: dict[str, int] = {}
         self.rewards: dict[str, float] = {}
         self.solver_rewards: list[float] = []
+        self.updated: dict[str, UpdateStats] = {}  # role -> its update this step
         self.response_tokens: list[int] = []  # per proposer rollout
         self.generations = 0  # every trajectory sampled this step (proposer, MSV answers, solver answers)
         self.generated_tokens = 0  # their generated tokens
@@ -267,8 +265,9 @@ class _Step:
             )
         return rows
 
-    def metrics(self, losses: dict[str, float], rollout_s: float, update_s: float, device: str) -> dict:
+    def metrics(self, rollout_s: float, update_s: float, device: str) -> dict:
         n, admitted = len(self.tasks), self.admitted
+        trained = self.updated.get("proposer" if self.phase == "proposer" else "main")  # the phase's role, None when it had nothing
         candidates = sum(not p.error for p in self.proposals.values())
         return {
             "step": self.step,
@@ -285,8 +284,12 @@ class _Step:
             "agreement": _mean([self.k[t.id] / len(self.responses[t.id]) for t in admitted]),
             "proposer_reward": _mean(list(self.rewards.values())),
             "solver_reward": _mean(self.solver_rewards),
-            "losses": losses,
-            "loss": losses.get("proposer" if self.phase == "proposer" else "main"),
+            "losses": {name: u.loss for name, u in self.updated.items()},
+            "loss": None if trained is None else trained.loss,
+            "groups_with_signal": None if trained is None else trained.groups_with_signal,
+            "optimizer_step": None if trained is None else trained.optimizer_step,
+            "signal_by_role": {name: u.groups_with_signal for name, u in self.updated.items()},
+            "optimizer_steps": {name: u.optimizer_step for name, u in self.updated.items()},
             "response_tokens": _mean(self.response_tokens),
             "searches_per_rollout": _mean([sum(x["action"] == "search" for x in d.turns) for d in self.drafts.values()]),
             "rollout_s": round(rollout_s, 3),
@@ -392,17 +395,18 @@ class _Loop:
         s.generated_tokens += n
         return n
 
-    def updates(self, s: _Step, engines: dict[str, Backend], step_role: Callable[[str, list], float]) -> dict[str, float]:
-        c, losses = self.config, {}
+    def updates(self, s: _Step, engines: dict[str, Backend], step_role: Callable[[str, list], UpdateStats]) -> None:
+        """Every role's update of the step, recorded in s.updated."""
+        c = self.config
         if s.phase == "proposer":
             cut = c.knobs.max_context_tokens
             episodes = [rollout_episode(self.tokens, s.drafts[t.id], s.rewards[t.id], t.hops, cut) for t in s.tasks]
-            losses["proposer"] = step_role("proposer", episodes)  # groups = hop counts: the HRPO baseline
+            s.updated["proposer"] = step_role("proposer", episodes)  # groups = hop counts: the HRPO baseline
             for t in s.tasks:
                 self.provenance.add("proposer", s.folds[t.id], t.source_id)
-            return losses
+            return
         for name in crossfit.solvers(c.crossfit, c.control):
-            if name != "main" and not crossfit.aux_updates_now(c.aux_budget, s.index):
+            if name != "main" and not aux_updates_now(c.aux_budget, s.index):
                 continue
             mine = [t for t in s.admitted if name in crossfit.trainers(s.folds[t.id], c.crossfit, c.control)]
             if not mine:
@@ -412,7 +416,6 @@ class _Loop:
             episodes = solver_episodes(self.tokens, c, [(samples[t.id], s.labels[t.id]) for t in mine])
             if name == "main":
                 s.solver_rewards += [e.reward for e in episodes]
-            losses[name] = step_role(name, episodes)
+            s.updated[name] = step_role(name, episodes)
             for t in mine:
                 self.provenance.add(name, s.folds[t.id], t.source_id)
-        return losses
