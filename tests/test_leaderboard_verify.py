@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from cfbench.cli import main
 from cfbench.harness.evaluate import evaluate
 from cfbench.harness.jsonl import jsonl_text
-from cfbench.harness.metrics import aggregate
+from cfbench.harness.metrics import aggregate, score
 from cfbench.harness.protocol import Knobs
 from cfbench.harness.suite import load_suite
 from cfbench.leaderboard.store import content_id, load_run
@@ -71,6 +71,32 @@ def test_a_stored_entry_edited_and_renamed_to_its_new_hash_is_refused(tmp_path):
     entry.rename(forged)
     code, lines = cli("leaderboard", "build", "--root", root)
     assert code == 2 and len(lines) == 1 and str(forged) in lines[0] and "stored cover_em 1.0 but prediction" in lines[0]
+
+
+def test_an_entry_whose_predictions_were_set_to_gold_is_refused_by_build_and_rescore(tmp_path):
+    """The hardening probe's forgery: every prediction set to its gold answer, scores, results and the folder's hash all
+    recomputed. Only the model's generated text (its last turn still answers otherwise) gives it away."""
+    root = tmp_path / "lb"
+    run = write_run(tmp_path / "run", ACCURACY, seed=1)
+    assert cli("leaderboard", "add", run, "--root", root)[0] == 0
+    assert cli("leaderboard", "build", "--root", root)[0] == 0
+    entry = root / "fixed1325" / "runs" / load_run(run).id
+    rows = [json.loads(line) for line in gzip.decompress((entry / "trajectories.jsonl.gz").read_bytes()).decode().splitlines()]
+    for row in rows:
+        row |= {"prediction": row["golden_answers"][0], "scores": score(row["golden_answers"][0], row["golden_answers"])}
+    scores = [{"benchmark": r["benchmark"], "id": r["id"], "scores": r["scores"]} for r in rows]
+    (entry / "trajectories.jsonl.gz").write_bytes(gzip.compress(jsonl_text(rows).encode()))
+    (entry / "scores.jsonl").write_text(jsonl_text(scores))
+    results = json.loads((entry / "results.json").read_text()) | {"scores": aggregate(scores)}
+    (entry / "results.json").write_text(json.dumps(results))
+    forged = entry.with_name(content_id(results, scores, rows))
+    entry.rename(forged)
+    first = next(r for r in rows if r["turns"][-1]["generated"] != "<answer> x </answer>")
+    for command in ("build", "rescore"):
+        code, lines = cli("leaderboard", command, "--root", root)
+        assert code == 2 and len(lines) == 1, (command, lines)
+        assert f"question {first['id']}: stored prediction 'x' but the model's generated text answers" in lines[0]
+        assert str(forged) in lines[0] and "the record was edited" in lines[0]
 
 
 def test_gold_answers_are_checked_against_the_bundled_suite(tmp_path, bm25):
