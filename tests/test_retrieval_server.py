@@ -132,9 +132,12 @@ def test_a_run_record_replays_its_exact_observations(tmp_path, bm25, bundled_cor
         replay.search(["a query nobody made"], 3)
 
 
-def test_an_empty_query_is_answered_not_refused(server, bm25):
-    answer = requests.post(server + "/retrieve", json={"queries": [""], "topk": 3, "return_scores": True}).json()
-    assert [d["document"]["id"] for d in answer["result"][0]] == [h.id for h in bm25.search([""], 3)[0]]
+@pytest.mark.parametrize("query", ["", "  \n"])
+def test_an_empty_query_is_refused_with_a_reason_and_the_server_keeps_serving(server, query):
+    answer = requests.post(server + "/retrieve", json={"queries": ["capital of France", query], "topk": 3, "return_scores": True})
+    assert answer.status_code == 422
+    assert answer.json() == {"detail": "query 1 is empty; send text to search for (nothing to rank passages by)"}
+    assert requests.post(server + "/retrieve", json={"queries": ["capital of France"], "topk": 3}).status_code == 200
 
 
 def test_a_server_answering_nonsense_is_an_error(server):

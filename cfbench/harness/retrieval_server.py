@@ -6,7 +6,8 @@
     GET  /health    -> {"status": "ok", "retriever": {kind, params, corpus and index hashes}, "limits": {...}}
 
 Bad requests get 422 with a reason and the server keeps serving. The request schema is strict (no
-coercion of "3" or true to a topk, no unknown fields). What one request may cost is bounded: its
+coercion of "3" or true to a topk, no unknown fields), and an empty (or all-blank) query is refused:
+it has nothing to rank by, so any passages it got would be arbitrary. What one request may cost is bounded: its
 body (413, refused from Content-Length or while it streams in, never read whole first), queries x
 topk (422), and its time (503 past the deadline); searches take turns in chunks, so a small request
 is not held behind a big one.
@@ -77,6 +78,8 @@ def make_app(retriever: Retriever, default_topk: int = 3, limits: Limits = Limit
                 "(--max-results): send fewer queries per request",
             )
         for i, query in enumerate(request.queries):
+            if not query.strip():
+                raise _Refused(422, f"query {i} is empty; send text to search for (nothing to rank passages by)")
             if len(query) > MAX_QUERY_CHARS:
                 raise _Refused(422, f"query {i} has {len(query)} characters; the limit is {MAX_QUERY_CHARS}")
         try:

@@ -38,6 +38,11 @@ def _identity(config: dict) -> dict:
     return config
 
 
+def settings_difference(old: dict, new: dict) -> str | None:
+    """The first setting two run configs differ in (`section.key: run has A, now B`), locations of hashed inputs aside."""
+    return _diff(_identity(old), _identity(new))
+
+
 def _diff(old: dict, new: dict, prefix: str = "") -> str | None:
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key), new.get(key)
@@ -65,7 +70,7 @@ class RunDir:
             if not resume:
                 raise CfbenchError(f"{self.path} already holds a run; pass --resume to continue it or choose another --out")
             old = json.loads(existing.read_text())
-            mismatch = _diff(_identity(old), _identity(config))
+            mismatch = settings_difference(old, config)
             if mismatch:
                 raise CfbenchError(f"{existing}: cannot resume, the settings differ ({mismatch}); use a new --out")
             return self._load_rows()
