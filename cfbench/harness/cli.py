@@ -93,10 +93,12 @@ def eval_cmd(
     from cfbench.harness.evaluate import evaluate
     from cfbench.harness.report import results_table
     from cfbench.harness.retrievers.choose import retriever_for
+    from cfbench.harness.runrecord import check_out
     from cfbench.harness.suite import load_suite
 
     with one_line_errors():
         knobs = Knobs(topk, max_searches, max_new_tokens, max_obs_tokens, max_context_tokens)
+        check_out(out, resume)  # before any model loads
         the_suite = load_suite(suite)
         retriever = retriever_for(retriever_spec, corpus)
         backend = backend_for(engine, ckpt=ckpt, seed=seed, **engine_options)
@@ -188,11 +190,13 @@ def retriever_serve(index_dir, corpus, host, port, max_results, max_body_bytes, 
 @click.option("--linear", type=click.Choice(["torch", "onednn"]), default="torch", show_default=True, help="As for eval.")
 def serve_model(ckpt, name, host, port, device, dtype, threads, linear) -> None:
     """Serve a local model as OpenAI-compatible /v1/completions and /v1/chat/completions (greedy, or sampled with a seed)."""
+    from cfbench.harness.backends.choose import check_device
     from cfbench.harness.backends.hf import HFBackend
     from cfbench.harness.checkpoints import resolve
     from cfbench.harness.model_server import serve
 
     with one_line_errors():
+        check_device(device)
         backend = HFBackend.load(resolve(ckpt), device=device, dtype=dtype, threads=threads, linear=linear)
         console.print(f"serving {ckpt} as {name or ckpt!r} on http://{host}:{port}/v1")
     serve(backend, name or ckpt, host, port)

@@ -61,6 +61,27 @@ def _diff(old: dict, new: dict, prefix: str = "") -> str | None:
     return None
 
 
+KERNEL_FOLDERS = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+def check_out(out: Path, resume: bool) -> None:
+    """--out checked before any model loads, each problem one line: not a kernel folder, not under a file, writable,
+    and not a finished or started run unless resuming. (RunDir.open checks the rest, holding the lock.)"""
+    where = out.expanduser().absolute()
+    for kernel in KERNEL_FOLDERS:
+        if where.is_relative_to(kernel) or where.resolve().is_relative_to(kernel):
+            raise CfbenchError(f"--out {out} is under {kernel}, which the kernel provides; choose a folder of your own")
+    if where.exists() and not where.is_dir():
+        raise CfbenchError(f"--out {out} is a file, not a run directory; choose another --out")
+    if (where / CONFIG).is_file() and not resume:
+        raise CfbenchError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
+    existing = next(p for p in (where, *where.parents) if p.exists())
+    if not existing.is_dir():
+        raise CfbenchError(f"--out {out} is under {existing}, which is a file; choose another --out")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise CfbenchError(f"--out {out}: {existing} is not writable here (permissions or a read-only file system); choose another --out")
+
+
 class RunDir:
     def __init__(self, path: Path) -> None:
         self.path = path
