@@ -27,7 +27,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cfbench.harness.errors import CfbenchError
-from cfbench.harness.jsonl import atomic_dir, iter_rows, json_text, jsonl_text, read_bytes, sha256, write_atomic, write_jsonl
+from cfbench.harness.jsonl import (
+    atomic_dir,
+    iter_rows,
+    json_text,
+    jsonl_text,
+    read_bytes,
+    refuse_constant,
+    sha256,
+    write_atomic,
+    write_jsonl,
+)
 from cfbench.harness.metrics import METRIC_VERSION, METRICS, aggregate, score
 from cfbench.harness.paths import from_portable
 from cfbench.harness.protocol import PROTOCOL_VERSION, final_answer
@@ -213,8 +223,8 @@ def stored_runs(suite_dir: Path) -> list[Run]:
 
 def _read_json(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse_constant)
+    except (OSError, ValueError) as err:
         raise CfbenchError(f"{path}: cannot read it as JSON ({err}); restore the file") from None
     if not isinstance(data, dict):
         raise CfbenchError(f"{path}: expected a JSON object")
