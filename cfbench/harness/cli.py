@@ -188,7 +188,14 @@ def retriever_serve(index_dir, corpus, host, port, max_results, max_body_bytes, 
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads (default: torch's).")
 @click.option("--linear", type=click.Choice(["torch", "onednn"]), default="torch", show_default=True, help="As for eval.")
-def serve_model(ckpt, name, host, port, device, dtype, threads, linear) -> None:
+@click.option(
+    "--adapters",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Folder POST /v1/load_lora_adapter may load LoRA adapters from (a training run's rollout-adapters/, or a folder above it) "
+    "[default: none, the route loads nothing].",
+)
+def serve_model(ckpt, name, host, port, device, dtype, threads, linear, adapters) -> None:
     """Serve a local model as OpenAI-compatible /v1/completions and /v1/chat/completions (greedy, or sampled with a seed)."""
     from cfbench.harness.backends.choose import check_device
     from cfbench.harness.backends.hf import HFBackend
@@ -199,7 +206,7 @@ def serve_model(ckpt, name, host, port, device, dtype, threads, linear) -> None:
         check_device(device)
         backend = HFBackend.load(resolve(ckpt), device=device, dtype=dtype, threads=threads, linear=linear)
         console.print(f"serving {ckpt} as {name or ckpt!r} on http://{host}:{port}/v1")
-    serve(backend, name or ckpt, host, port)
+    serve(backend, name or ckpt, host, port, adapters)
 
 
 COMMANDS = (eval_cmd, index, retriever, serve_model)
