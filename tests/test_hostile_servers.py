@@ -90,3 +90,29 @@ def test_a_model_server_answering_cut_off_json_is_one_line():
         with pytest.raises(CfbenchError, match=r"model server .* answered with a body that is not JSON .*cut off") as refused:
             engine.generate(["hello"], 4, 4096, STOP)
     assert "\n" not in str(refused.value)
+
+
+def test_serve_model_loads_adapters_only_from_its_adapters_folder(tmp_path, tiny_llama):
+    """load_lora_adapter takes a path from an unauthenticated request: outside --adapters (directly, by `..` or by a
+    symbolic link) it is 403 and nothing is read; inside, the adapter's own checks apply."""
+    import requests
+
+    from servers import cli_server
+
+    (tmp_path / "adapters" / "empty").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "adapters" / "link").symlink_to(tmp_path / "elsewhere")
+    with cli_server(["serve-model", "--ckpt", str(tiny_llama), "--name", "tiny", "--adapters", str(tmp_path / "adapters")]) as url:
+
+        def load(path):
+            return requests.post(f"{url}/v1/load_lora_adapter", json={"lora_name": "a", "lora_path": str(path)}, timeout=60)
+
+        for outside in (tmp_path / "elsewhere", tmp_path / "adapters" / ".." / "elsewhere", tmp_path / "adapters" / "link", "/etc"):
+            answer = load(outside)
+            assert answer.status_code == 403, outside
+            assert answer.json()["error"]["message"] == (
+                f"lora_path {str(outside)!r} is not under this server's adapters folder (--adapters); save it there"
+            )
+        inside = load(tmp_path / "adapters" / "empty")
+        assert inside.status_code == 400 and "holds no adapter_config.json" in inside.json()["error"]["message"]
+        assert requests.get(f"{url}/health", timeout=10).status_code == 200
