@@ -90,7 +90,8 @@ class ResolvedCheckpoint:
         return out | ({"training_record": self.training_record} if self.training_record else {})  # others' records unchanged
 
 
-def resolve(ckpt: str) -> ResolvedCheckpoint:
+def resolve(ckpt: str, *, check_hub: bool = True) -> ResolvedCheckpoint:
+    """What --ckpt names, checked; `check_hub`: look a hub id up (cache or hub) rather than take it on trust."""
     path = Path(ckpt).expanduser()
     if path.is_dir() and (path / ADAPTER_FILES[0]).is_file() and not (path / "config.json").is_file():
         local = _trained_adapter(path)
@@ -107,7 +108,8 @@ def resolve(ckpt: str) -> ResolvedCheckpoint:
     if ckpt.startswith((".", "/", "~", "runs/")) or Path(ckpt.split("/")[0]).is_dir():
         raise CfbenchError(f"checkpoint {ckpt!r} not found: no such directory (a local path, so not looked up on the hub)")
     if _HUB_ID.match(ckpt):
-        _check_hub(ckpt)
+        if check_hub:
+            _check_hub(ckpt)
         return ResolvedCheckpoint(ckpt, ckpt, None)
     raise CfbenchError(
         f"checkpoint {ckpt!r} not found: not a directory, not a bundled model ({', '.join([*BUNDLED, *ADAPTED])}), "
@@ -246,7 +248,7 @@ def _trained_adapter(directory: Path) -> Path:
         raise CfbenchError(
             f"adapter {directory}: adapter_config.json names no base_model_name_or_path; set it to the model it was trained on"
         )
-    base = resolve(base_name)
+    base = resolve(base_name, check_hub=False)  # a hub id is refused below: its weights cannot be pinned
     if base.weights_sha256 is None:
         raise CfbenchError(
             f"adapter {directory}: its base {base_name!r} is a hub id, whose weights cfbench cannot pin; "
