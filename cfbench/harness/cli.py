@@ -89,7 +89,7 @@ def eval_cmd(
     **engine_options,
 ) -> None:
     """Evaluate a checkpoint on a suite under protocol v1 and print Cover-EM tables."""
-    from cfbench.harness.backends.choose import backend_for
+    from cfbench.harness.backends.choose import backend_for, check_loadable
     from cfbench.harness.evaluate import evaluate
     from cfbench.harness.report import results_table
     from cfbench.harness.retrievers.choose import retriever_for
@@ -99,6 +99,7 @@ def eval_cmd(
     with one_line_errors():
         knobs = Knobs(topk, max_searches, max_new_tokens, max_obs_tokens, max_context_tokens)
         check_out(out, resume)  # before any model loads
+        check_loadable(engine, ckpt, engine_options["device"])
         the_suite = load_suite(suite)
         retriever = retriever_for(retriever_spec, corpus)
         backend = backend_for(engine, ckpt=ckpt, seed=seed, **engine_options)

@@ -64,6 +64,17 @@ def backend_for(
     return HFBackend.load(resolve(ckpt), device=device, dtype=dtype or "float32", threads=threads, linear=linear)
 
 
+def check_loadable(kind: str, ckpt: str | None, device: str) -> None:
+    """What a model load would trip over (an unusable --device, a --ckpt that cannot load), refused before anything loads,
+    the retriever's index or encoder included; backend_for checks the rest when it builds the engine."""
+    if kind == "hf":
+        check_device(device)
+    if kind in ("hf", "vllm") and ckpt:
+        from cfbench.harness.checkpoints import check_available
+
+        check_available(ckpt)
+
+
 def check_device(device: str) -> None:
     """--device checked before a model loads: torch's own refusal (no CUDA in this build, no such device) as one line."""
     import torch
