@@ -1,8 +1,8 @@
 """Run directories written directly, for tests of the leaderboard machinery (not of any model).
 
 The predictions are synthetic: each benchmark gets a fixed share of covered answers ("x", or "x y"
-which covers the gold "x" without matching it exactly), drawn with a seeded generator; scores and
-results.json are computed from them exactly as `cfbench eval` does.
+which covers the gold "x" without matching it exactly), drawn with a seeded generator, each answered
+in one turn; scores and results.json are computed from them exactly as `cfbench eval` does.
 """
 
 from __future__ import annotations
@@ -28,6 +28,11 @@ RETRIEVER = {
 
 def question_ids(per_benchmark: int) -> list[tuple[str, str]]:
     return [(bench, f"{bench}-{i}") for bench in BENCHMARKS for i in range(per_benchmark)]
+
+
+def answer_turn(prediction: str) -> dict:
+    """The one turn that answers `prediction`, as the agent loop records it (the prediction is extracted from it)."""
+    return {"action": "answer", "doc_ids": [], "doc_scores": [], "generated": f"<answer> {prediction} </answer>", "query": None}
 
 
 def write_run(
@@ -57,7 +62,7 @@ def write_run(
                 "benchmark": bench,
                 "question": f"q {qid}?",
                 "golden_answers": ["x"],
-                "turns": [],
+                "turns": [answer_turn(prediction)],
                 "prediction": prediction,
                 "scores": score(prediction, ["x"]),
             }

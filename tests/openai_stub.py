@@ -9,15 +9,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 @contextlib.contextmanager
 def openai_stub(answer):
-    """Yield (base URL ending in /v1, list of received requests); `answer(path, body) -> (status, json body)` answers each POST.
+    """Yield (base URL ending in /v1, list of received requests); `answer(path, body) -> (status, json body)` answers each POST
+    (a body given as bytes is sent as it is: a server that cuts its answer short).
 
     GET /v1/models lists one model, `stub-model`. Each received request is {"path", "headers" (lower-cased names), "body"}.
     """
     received = []
 
     class Handler(BaseHTTPRequestHandler):
-        def _reply(self, status: int, payload: dict) -> None:
-            data = json.dumps(payload).encode()
+        def _reply(self, status: int, payload: dict | bytes) -> None:
+            data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))

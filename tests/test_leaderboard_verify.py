@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from cfbench.cli import main
 from cfbench.harness.evaluate import evaluate
 from cfbench.harness.jsonl import jsonl_text
-from cfbench.harness.metrics import aggregate
+from cfbench.harness.metrics import aggregate, score
+from cfbench.harness.paths import TASKS_DIR
 from cfbench.harness.protocol import Knobs
 from cfbench.harness.suite import load_suite
 from cfbench.leaderboard.store import content_id, load_run
@@ -71,6 +72,32 @@ def test_a_stored_entry_edited_and_renamed_to_its_new_hash_is_refused(tmp_path):
     entry.rename(forged)
     code, lines = cli("leaderboard", "build", "--root", root)
     assert code == 2 and len(lines) == 1 and str(forged) in lines[0] and "stored cover_em 1.0 but prediction" in lines[0]
+
+
+def test_an_entry_whose_predictions_were_set_to_gold_is_refused_by_build_and_rescore(tmp_path):
+    """The hardening probe's forgery: every prediction set to its gold answer, scores, results and the folder's hash all
+    recomputed. Only the model's generated text (its last turn still answers otherwise) gives it away."""
+    root = tmp_path / "lb"
+    run = write_run(tmp_path / "run", ACCURACY, seed=1)
+    assert cli("leaderboard", "add", run, "--root", root)[0] == 0
+    assert cli("leaderboard", "build", "--root", root)[0] == 0
+    entry = root / "fixed1325" / "runs" / load_run(run).id
+    rows = [json.loads(line) for line in gzip.decompress((entry / "trajectories.jsonl.gz").read_bytes()).decode().splitlines()]
+    for row in rows:
+        row |= {"prediction": row["golden_answers"][0], "scores": score(row["golden_answers"][0], row["golden_answers"])}
+    scores = [{"benchmark": r["benchmark"], "id": r["id"], "scores": r["scores"]} for r in rows]
+    (entry / "trajectories.jsonl.gz").write_bytes(gzip.compress(jsonl_text(rows).encode()))
+    (entry / "scores.jsonl").write_text(jsonl_text(scores))
+    results = json.loads((entry / "results.json").read_text()) | {"scores": aggregate(scores)}
+    (entry / "results.json").write_text(json.dumps(results))
+    forged = entry.with_name(content_id(results, scores, rows))
+    entry.rename(forged)
+    first = next(r for r in rows if r["turns"][-1]["generated"] != "<answer> x </answer>")
+    for command in ("build", "rescore"):
+        code, lines = cli("leaderboard", command, "--root", root)
+        assert code == 2 and len(lines) == 1, (command, lines)
+        assert f"question {first['id']}: stored prediction 'x' but the model's generated text answers" in lines[0]
+        assert str(forged) in lines[0] and "the record was edited" in lines[0]
 
 
 def test_gold_answers_are_checked_against_the_bundled_suite(tmp_path, bm25):
@@ -138,3 +165,54 @@ def test_an_entry_keeps_the_runs_trajectories_byte_for_byte(tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(entry, copy)
     assert load_run(copy).trajectories == load_run(run).trajectories
+
+
+def test_verify_generates_a_sample_again_byte_for_byte_and_names_what_differs(tmp_path, tiny_llama, bm25):
+    """A real (tiny, random) model's entry: a sample generated again is identical; an entry whose stored text was
+    touched is named with the question and the turn; another checkpoint is refused before anything runs."""
+    from cfbench.harness.backends.hf import HFBackend
+    from cfbench.harness.checkpoints import resolve
+
+    suite_file = tmp_path / "six.jsonl"
+    suite_file.write_text("".join((TASKS_DIR / "suites" / "mini.jsonl").read_text().splitlines(keepends=True)[:6]))
+    backend = HFBackend.load(resolve(str(tiny_llama)))
+    evaluate(load_suite(str(suite_file)), backend, bm25, Knobs(max_new_tokens=24), tmp_path / "run", batch_size=4)
+    assert cli("leaderboard", "add", tmp_path / "run", "--root", tmp_path / "lb")[0] == 0
+    (entry,) = (tmp_path / "lb" / "six" / "runs").iterdir()
+
+    code, lines = cli("leaderboard", "verify", entry, "--sample", 3, "--seed", 1)
+    assert code == 0 and lines[-1] == f"{entry}: 3 of 3 sampled questions (seed 1) generated again byte-identical"
+
+    rows = [json.loads(line) for line in gzip.decompress((entry / "trajectories.jsonl.gz").read_bytes()).decode().splitlines()]
+    rows[2]["turns"][0]["generated"] += " "  # the prediction it gives is unchanged, so rescoring cannot see it
+    (entry / "trajectories.jsonl.gz").write_bytes(gzip.compress(jsonl_text(rows).encode()))
+    code, lines = cli("leaderboard", "verify", entry, "--sample", 6)  # before it: progress lines (and the model load's own)
+    assert code == 2 and [line for line in lines if line.startswith("error")] == lines[-1:]
+    assert lines[-1] == (
+        f"error: {entry}: 5 of 6 sampled questions (seed 0) generated again byte-identical; differ: {rows[2]['id']}: turn 1 generated"
+    )
+
+    code, lines = cli("leaderboard", "verify", entry, "--sample", 2, "--ckpt", "smollm2-135m")
+    assert code == 2 and lines[-1].startswith("error: checkpoint 'smollm2-135m' has weights sha256")
+    assert lines[-1].endswith("pass the run's checkpoint with --ckpt")
+
+
+def test_a_run_named_like_html_is_text_in_the_readme(tmp_path):
+    root = tmp_path / "lb"
+    run = write_run(tmp_path / "run", ACCURACY, seed=1)
+    assert cli("leaderboard", "add", run, "--root", root, "--name", "<script>alert(1)</script> | x")[0] == 0
+    assert cli("leaderboard", "build", "--root", root)[0] == 0
+    readme = (root / "fixed1325" / "README.md").read_text()
+    assert "<script>" not in readme and "&lt;script&gt;alert(1)&lt;/script&gt; \\| x" in readme
+
+
+def test_a_record_holding_nan_is_refused_not_copied_into_an_entry(tmp_path):
+    """A record written before retrieval scores were checked may hold a bare NaN, which is not JSON: add refuses it."""
+    run = write_run(tmp_path / "run", ACCURACY, seed=1)
+    text = (run / "trajectories.jsonl").read_text().splitlines(keepends=True)
+    text[3] = text[3].replace('"doc_scores": []', '"doc_scores": [NaN]')
+    (run / "trajectories.jsonl").write_text("".join(text))
+    code, lines = cli("leaderboard", "add", run, "--root", tmp_path / "lb")
+    where = run / "trajectories.jsonl"
+    assert code == 2 and lines == [f"error: {where}:4: not valid JSON (NaN is not a JSON value); fix or remove the line"]
+    assert not (tmp_path / "lb").exists()

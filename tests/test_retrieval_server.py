@@ -133,6 +133,7 @@ def test_a_run_record_replays_its_exact_observations(tmp_path, bm25, bundled_cor
 
 
 def test_an_empty_query_is_answered_not_refused(server, bm25):
+    # as the in-process retriever answers it (protocol v1): a model's `<search></search>` must not stop a server-backed run
     answer = requests.post(server + "/retrieve", json={"queries": [""], "topk": 3, "return_scores": True}).json()
     assert [d["document"]["id"] for d in answer["result"][0]] == [h.id for h in bm25.search([""], 3)[0]]
 

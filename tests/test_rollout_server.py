@@ -27,8 +27,9 @@ def lora_config():
 
 
 @pytest.fixture(scope="module")
-def served_warm_start():
-    with cli_server(["serve-model", "--ckpt", "smollm2-135m-search", "--name", "warm-start"]) as url:
+def served_warm_start(tmp_path_factory):
+    adapters = str(tmp_path_factory.getbasetemp())  # every test's tmp_path is under it
+    with cli_server(["serve-model", "--ckpt", "smollm2-135m-search", "--name", "warm-start", "--adapters", adapters]) as url:
         yield url
 
 
@@ -73,7 +74,7 @@ def test_two_processes_sample_their_shares_from_the_one_synced_adapter(tmp_path,
 
     knobs = {"prompts_per_step": 2, "lora": LORA}
     launch("processes_train.py", 2, str(tiny_llama), str(tmp_path / "local"), json.dumps(knobs))
-    with cli_server(["serve-model", "--ckpt", str(tiny_llama), "--name", "tiny"]) as url:
+    with cli_server(["serve-model", "--ckpt", str(tiny_llama), "--name", "tiny", "--adapters", str(tmp_path)]) as url:
         launch("processes_train.py", 2, str(tiny_llama), str(tmp_path / "served"), json.dumps(knobs | {"rollout_server": url}))
     for step in (1, 2):
         assert rows(tmp_path / "served", f"rollouts/step-{step}.jsonl") == rows(tmp_path / "local", f"rollouts/step-{step}.jsonl")

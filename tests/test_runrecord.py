@@ -188,3 +188,51 @@ def test_an_append_repairs_the_tail_first(tmp_path):
     path.write_text('{"id": "a"}\n{"id": "b", "tu')  # a torn write
     record.append([{"id": "c"}])
     assert path.read_text() == '{"id": "a"}\n{"id": "c"}\n'
+
+
+def test_a_record_torn_inside_a_utf8_character_resumes(tmp_path, suite, bm25):
+    """A write killed after the first byte of a two-byte character (0xC3 of "é"): the torn line is redone, not a decode error."""
+    import shutil
+
+    reference = tmp_path / "full"
+    run(reference, suite, bm25)
+    data = (reference / "trajectories.jsonl").read_bytes()
+    first_batch = [i for i, byte in enumerate(data) if byte == ord("\n")][15] + 1
+    lead = next(i for i in range(first_batch, len(data)) if data[i] >= 0xC2)  # the first multi-byte character after it
+    out = tmp_path / "cut"
+    shutil.copytree(reference, out)
+    (out / "trajectories.jsonl").write_bytes(data[: lead + 1])
+    run(out, suite, bm25, resume=True)
+    assert (out / "trajectories.jsonl").read_bytes() == data
+
+
+def test_a_second_writer_of_a_run_is_refused_naming_the_first(tmp_path, suite, bm25):
+    """Two evaluations of one --out, the second with --resume while the first writes: the second is refused, the record
+    untouched; once the first has ended, the lock is gone and the run resumes."""
+    import subprocess
+    import sys
+
+    run(tmp_path / "r", suite, bm25)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir()}
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from cfbench.harness.runrecord import RunDir; "
+            "r = RunDir(Path(sys.argv[1])); r._take_lock(); print('locked', flush=True); sys.stdin.read()",
+            str(tmp_path / "r"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        with pytest.raises(CfbenchError, match=rf"r is being written by process {holder.pid}; wait for it to end") as refused:
+            run(tmp_path / "r", suite, bm25, resume=True)
+        assert "\n" not in str(refused.value)
+        assert {p.name: p.read_bytes() for p in (tmp_path / "r").iterdir() if p.name != ".lock"} == before
+    finally:
+        holder.communicate("")
+    run(tmp_path / "r", suite, bm25, resume=True)  # the holder's end released it
+    assert not (tmp_path / "r" / ".lock").exists()

@@ -9,6 +9,11 @@ adapter is merged again. An adapter directory (adapter_config.json + adapter_mod
 training run with a `lora` section saves its checkpoints) is merged into the base its config names
 and cached under a hash of the base's weights and the adapter. Every run record keeps the merged
 weights' hash.
+
+What a load would trip over is checked before any model loads, each as one line: a checkpoint directory
+needs a config.json that parses (with its model_type) and weight files; a hub id needs its config.json
+in the local hub cache or the hub within reach (`check_available` does the same without hashing weights,
+for commands that must refuse before they create anything).
 """
 
 from __future__ import annotations
@@ -85,7 +90,8 @@ class ResolvedCheckpoint:
         return out | ({"training_record": self.training_record} if self.training_record else {})  # others' records unchanged
 
 
-def resolve(ckpt: str) -> ResolvedCheckpoint:
+def resolve(ckpt: str, *, check_hub: bool = True) -> ResolvedCheckpoint:
+    """What --ckpt names, checked; `check_hub`: look a hub id up (cache or hub) rather than take it on trust."""
     path = Path(ckpt).expanduser()
     if path.is_dir() and (path / ADAPTER_FILES[0]).is_file() and not (path / "config.json").is_file():
         local = _trained_adapter(path)
@@ -102,11 +108,50 @@ def resolve(ckpt: str) -> ResolvedCheckpoint:
     if ckpt.startswith((".", "/", "~", "runs/")) or Path(ckpt.split("/")[0]).is_dir():
         raise CfbenchError(f"checkpoint {ckpt!r} not found: no such directory (a local path, so not looked up on the hub)")
     if _HUB_ID.match(ckpt):
+        if check_hub:
+            _check_hub(ckpt)
         return ResolvedCheckpoint(ckpt, ckpt, None)
     raise CfbenchError(
         f"checkpoint {ckpt!r} not found: not a directory, not a bundled model ({', '.join([*BUNDLED, *ADAPTED])}), "
         "and not a hub id (org/name)"
     )
+
+
+def check_available(ckpt: str) -> None:
+    """Refuse, as `resolve` would, a checkpoint that cannot be loaded; without hashing or building anything."""
+    path = Path(ckpt).expanduser()
+    if path.is_dir() and (path / ADAPTER_FILES[0]).is_file() and not (path / "config.json").is_file():
+        adapter_hash(path)  # a trained adapter: its files here, its base checked when resolve merges it
+    elif path.is_dir():
+        _check_files(path)
+    elif ckpt not in BUNDLED and ckpt not in ADAPTED:
+        resolve(ckpt)  # a missing path or a bad name is one line; a hub id is looked for in the cache or on the hub
+
+
+def _check_hub(repo: str) -> None:
+    """A hub id's config.json in the local hub cache, or fetched (a few kB): else one line saying what to do, where
+    transformers would raise its OSError from deep inside a model load. The hub client's retry chatter is kept quiet."""
+    import logging
+
+    from huggingface_hub import constants, hf_hub_download, try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(repo, "config.json"), str):
+        return
+    offline = constants.HF_HUB_OFFLINE or any(
+        os.environ.get(name, "").upper() in ("1", "ON", "YES", "TRUE") for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
+    hub_log = logging.getLogger("huggingface_hub")
+    level = hub_log.level
+    hub_log.setLevel(logging.ERROR)
+    try:
+        hf_hub_download(repo, "config.json", local_files_only=offline)
+    except Exception as err:  # noqa: BLE001 - not found, gated, offline or unreachable: all mean the model cannot be loaded
+        why = "offline (HF_HUB_OFFLINE) and not in the local hub cache" if offline else f"not reachable on the hub ({type(err).__name__})"
+        raise CfbenchError(
+            f"checkpoint {repo!r}: {why}; download it where the hub is reachable (hf download {repo}) or pass a local checkpoint directory"
+        ) from None
+    finally:
+        hub_log.setLevel(level)
 
 
 def training_record(directory: Path) -> dict | None:
@@ -131,10 +176,24 @@ def training_record(directory: Path) -> dict | None:
 
 
 def weights_hash(directory: Path) -> str:
+    return _digest(_check_files(directory))
+
+
+def _check_files(directory: Path) -> list[Path]:
+    """The weight files of a checkpoint directory whose config.json parses; else one line naming what is wrong."""
     files = sorted(p for p in directory.iterdir() if p.name.endswith(WEIGHT_SUFFIXES))
     if not files or not (directory / "config.json").is_file():
         raise CfbenchError(f"checkpoint directory {directory} has no config.json and weight files; is it an HF checkpoint?")
-    return _digest(files)
+    try:
+        config = json.loads((directory / "config.json").read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        why = f"{err.msg} at line {err.lineno}" if isinstance(err, json.JSONDecodeError) else "not UTF-8"
+        raise CfbenchError(
+            f"checkpoint {directory}: config.json is not JSON ({why}); restore it from where the checkpoint came from"
+        ) from None
+    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+        raise CfbenchError(f"checkpoint {directory}: config.json names no model_type; restore it from where the checkpoint came from")
+    return files
 
 
 def adapter_hash(directory: Path) -> str:
@@ -189,7 +248,7 @@ def _trained_adapter(directory: Path) -> Path:
         raise CfbenchError(
             f"adapter {directory}: adapter_config.json names no base_model_name_or_path; set it to the model it was trained on"
         )
-    base = resolve(base_name)
+    base = resolve(base_name, check_hub=False)  # a hub id is refused below: its weights cannot be pinned
     if base.weights_sha256 is None:
         raise CfbenchError(
             f"adapter {directory}: its base {base_name!r} is a hub id, whose weights cfbench cannot pin; "

@@ -158,16 +158,18 @@ def eval_cmd(
       cfbench eval --backend openai --base-url http://127.0.0.1:8001/v1 --model M --tokenizer M --out runs/served
       cfbench eval --ckpt smollm2-135m-search --out runs/mini --resume     # finish an interrupted run
     """
-    from cfbench.harness.backends.choose import backend_for
+    from cfbench.harness.backends.choose import backend_for, check_loadable
     from cfbench.harness.evaluate import evaluate
     from cfbench.harness.jsonl import iter_rows, read_bytes
     from cfbench.harness.report import results_table
     from cfbench.harness.retrievers.choose import retriever_for
-    from cfbench.harness.runrecord import TRAJECTORIES
+    from cfbench.harness.runrecord import TRAJECTORIES, check_out
     from cfbench.harness.suite import first_per_benchmark, load_suite
 
     with one_line_errors():
         knobs = Knobs(topk, max_searches, max_new_tokens, max_obs_tokens, max_context_tokens)
+        check_out(out, resume)  # before any model loads
+        check_loadable(engine, ckpt, engine_options["device"])
         the_suite = load_suite(suite)
         if limit is not None:
             the_suite = first_per_benchmark(the_suite, limit)
@@ -273,17 +275,26 @@ def retriever_serve(index_dir, corpus, host, port, max_results, max_body_bytes, 
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True, help="Weights dtype.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads (default: torch's).")
 @click.option("--linear", type=click.Choice(["torch", "onednn"]), default="torch", show_default=True, help="As for eval.")
-def serve_model(ckpt, name, host, port, device, dtype, threads, linear) -> None:
+@click.option(
+    "--adapters",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Folder POST /v1/load_lora_adapter may load LoRA adapters from (a training run's rollout-adapters/, or a folder above it) "
+    "[default: none, the route loads nothing].",
+)
+def serve_model(ckpt, name, host, port, device, dtype, threads, linear, adapters) -> None:
     """Serve a local model as OpenAI-compatible /v1/completions and /v1/chat/completions (greedy, or sampled with a seed)."""
+    from cfbench.harness.backends.choose import check_device
     from cfbench.harness.backends.hf import HFBackend
     from cfbench.harness.checkpoints import resolve
     from cfbench.harness.model_server import serve
 
     with one_line_errors():
+        check_device(device)
         console.print(f"loading model ({ckpt}) ...", highlight=False, soft_wrap=True)
         backend = HFBackend.load(resolve(ckpt), device=device, dtype=dtype, threads=threads, linear=linear)
         console.print(f"serving {ckpt} as {name or ckpt!r} on http://{host}:{port}/v1", highlight=False, soft_wrap=True)
-    serve(backend, name or ckpt, host, port)
+    serve(backend, name or ckpt, host, port, adapters)
 
 
 COMMANDS = (eval_cmd, index, retriever, serve_model)

@@ -132,53 +132,55 @@ def evaluate(
     started = time.time()
     run = RunDir(out)
     config = run_config(suite, backend, retriever, knobs, batch_size, seed)
-    finished = run.open(config, resume)
-
-    questions = list(suite.questions)
-    batches = [questions[i : i + batch_size] for i in range(0, len(questions), batch_size)]
-    known = {q.id for q in questions}
-    complete = [b for b in batches if all(q.id in finished for q in b)]
-    kept_ids = {q.id for b in complete for q in b}
-    stray = sorted(set(finished) - known)
-    if stray:
-        raise CfbenchError(f"{out}: the record holds ids not in suite {suite.name!r} (e.g. {stray[0]!r}); use a new --out")
-    if kept_ids != set(finished) or run.torn:
-        run.keep_only([finished[q.id] for q in questions if q.id in kept_ids])
-    on_start(len(questions), len(kept_ids))
-
-    todo = [b for b in batches if b[0].id not in kept_ids]
-    done_now = 0
+    finished = run.open(config, resume)  # locked: a second writer of `out` is refused until close
     try:
-        for batch in todo:
-            trajs = run_batch(batch, backend, retriever, knobs, on_searches)
-            rows = [trajectory_row(t) for t in trajs]
-            run.append(rows)
-            finished.update((r["id"], r) for r in rows)
-            done_now += len(rows)
-            on_questions(len(rows))
-    finally:  # an interrupted session's time counts too
-        segments = run.add_segment(
-            {
-                "started": datetime.fromtimestamp(started, UTC).isoformat(),
-                "ended": datetime.now(UTC).isoformat(),
-                "questions": done_now,
-                "host": host(),
-            }
-        )
+        questions = list(suite.questions)
+        batches = [questions[i : i + batch_size] for i in range(0, len(questions), batch_size)]
+        known = {q.id for q in questions}
+        complete = [b for b in batches if all(q.id in finished for q in b)]
+        kept_ids = {q.id for b in complete for q in b}
+        stray = sorted(set(finished) - known)
+        if stray:
+            raise CfbenchError(f"{out}: the record holds ids not in suite {suite.name!r} (e.g. {stray[0]!r}); use a new --out")
+        if kept_ids != set(finished) or run.torn:
+            run.keep_only([finished[q.id] for q in questions if q.id in kept_ids])
+        on_start(len(questions), len(kept_ids))
 
-    rows = [finished[q.id] for q in questions]
-    results = {
-        **config,
-        "scores": metrics.aggregate(rows),
-        "stats": run_stats(rows),
-        "packages": package_versions(),
-        "python": platform.python_version(),
-        "git_commit": git_commit(),
-        "wall_time_s": round(sum(_seconds(s) for s in segments), 3),
-        "segments": len(segments),
-        "hosts": _distinct(s["host"] for s in segments if "host" in s),
-    }
-    run.write_results(results)
+        todo = [b for b in batches if b[0].id not in kept_ids]
+        done_now = 0
+        try:
+            for batch in todo:
+                trajs = run_batch(batch, backend, retriever, knobs, on_searches)
+                rows = [trajectory_row(t) for t in trajs]
+                run.append(rows)
+                finished.update((r["id"], r) for r in rows)
+                done_now += len(rows)
+                on_questions(len(rows))
+        finally:  # an interrupted session's time counts too
+            segments = run.add_segment(
+                {
+                    "started": datetime.fromtimestamp(started, UTC).isoformat(),
+                    "ended": datetime.now(UTC).isoformat(),
+                    "questions": done_now,
+                    "host": host(),
+                }
+            )
+
+        rows = [finished[q.id] for q in questions]
+        results = {
+            **config,
+            "scores": metrics.aggregate(rows),
+            "stats": run_stats(rows),
+            "packages": package_versions(),
+            "python": platform.python_version(),
+            "git_commit": git_commit(),
+            "wall_time_s": round(sum(_seconds(s) for s in segments), 3),
+            "segments": len(segments),
+            "hosts": _distinct(s["host"] for s in segments if "host" in s),
+        }
+        run.write_results(results)
+    finally:
+        run.close()
     return results
 
 

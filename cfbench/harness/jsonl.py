@@ -52,14 +52,21 @@ def iter_rows(path: Path, data: bytes) -> Iterator[tuple[int, dict]]:
         if not raw.strip():
             continue
         try:
-            row = json.loads(raw.decode("utf-8"))
+            row = json.loads(raw.decode("utf-8"), parse_constant=refuse_constant)
         except UnicodeDecodeError:
             raise CfbenchError(f"{path}:{lineno}: not UTF-8 text; re-encode the file as UTF-8") from None
         except json.JSONDecodeError as err:
             raise CfbenchError(f"{path}:{lineno}: not valid JSON ({err.msg}); fix or remove the line") from None
+        except ValueError as err:
+            raise CfbenchError(f"{path}:{lineno}: not valid JSON ({err}); fix or remove the line") from None
         if not isinstance(row, dict):
             raise CfbenchError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
         yield lineno, row
+
+
+def refuse_constant(name: str):
+    """Python's JSON reader takes NaN and Infinity, which JSON has not: a file holding one is refused, never copied on."""
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def dumps(obj) -> str:

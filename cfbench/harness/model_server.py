@@ -7,7 +7,10 @@
     POST /v1/chat/completions   messages through the model's chat template
     GET  /health
     POST /v1/load_lora_adapter  {"lora_name", "lora_path"}: serve a peft LoRA adapter over the model as model
-                                `lora_name` (vLLM's runtime LoRA route and body); 400 for a name already served
+                                `lora_name` (vLLM's runtime LoRA route and body); 400 for a name already served;
+                                403 for a path not under the folder given with --adapters (the route takes
+                                paths from unauthenticated requests, so it reads nothing outside that folder;
+                                without --adapters it loads nothing)
     POST /v1/unload_lora_adapter {"lora_name"}: stop serving it; 404 for a name not served
 
 Greedy at temperature 0 (the default); above it, sampled with a generator seeded with the request's
@@ -85,7 +88,8 @@ class ChatRequest(_Sampling):
     max_completion_tokens: int | None = None
 
 
-def make_app(backend: HFBackend, name: str) -> FastAPI:
+def make_app(backend: HFBackend, name: str, adapters: Path | None = None) -> FastAPI:
+    """`adapters`: the folder load_lora_adapter may read adapters from (None: it loads none)."""
     app = FastAPI(title="cfbench model server")
     lock = threading.Lock()  # one batch at a time: the decoder and its K/V reuse are not thread-safe
     tokenizer = backend.tokens.tokenizer
@@ -96,7 +100,7 @@ def make_app(backend: HFBackend, name: str) -> FastAPI:
 
     @app.exception_handler(_Refused)
     async def refused(_: Request, err: _Refused):
-        kind = "not_found_error" if err.status == 404 else "invalid_request_error"
+        kind = {403: "permission_error", 404: "not_found_error"}.get(err.status, "invalid_request_error")
         return JSONResponse({"error": {"message": err.message, "type": kind, "param": err.param, "code": err.code}}, status_code=err.status)
 
     @app.get("/health")
@@ -117,6 +121,13 @@ def make_app(backend: HFBackend, name: str) -> FastAPI:
         request = _parse(LoadAdapter, await raw.body())
         if request.lora_name == name:
             raise _Refused(400, f"{name!r} is the served model's own name; give the adapter another lora_name", "lora_name")
+        if adapters is None:
+            raise _Refused(403, "this server loads no adapters; start serve-model with --adapters FOLDER, save them under it", "lora_path")
+        # resolved, so neither `..` nor a symbolic link inside the folder leads out of it
+        if not Path(request.lora_path).resolve().is_relative_to(adapters.resolve()):
+            raise _Refused(
+                403, f"lora_path {request.lora_path!r} is not under this server's adapters folder (--adapters); save it there", "lora_path"
+            )
 
         def load() -> None:
             with lock:
@@ -361,7 +372,7 @@ def _usage(prompts: list[list[int]], outs: list[Completion]) -> dict:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}
 
 
-def serve(backend: HFBackend, name: str, host: str, port: int) -> None:
+def serve(backend: HFBackend, name: str, host: str, port: int, adapters: Path | None = None) -> None:
     import uvicorn
 
-    uvicorn.run(make_app(backend, name), host=host, port=port, log_level="warning")
+    uvicorn.run(make_app(backend, name, adapters), host=host, port=port, log_level="warning")

@@ -2,17 +2,20 @@
 
 The SDK does authentication (--api-key or OPENAI_API_KEY, OPENAI_ORG_ID), retries with exponential backoff on connection
 errors, 408/409/429 and 5xx (honouring Retry-After), and per-request timeouts; cfbench only turns what is left into a
-CfbenchError that names the server and what to do.
+CfbenchError that names the server (without credentials) and what to do. A 200 answer whose body is not JSON (a
+server cut off mid-answer) is one such error too: the SDK hands its JSONDecodeError on as it is.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 
 import openai
 
 from cfbench.harness.errors import CfbenchError
+from cfbench.harness.urls import without_credentials
 
 HOSTED = "https://api.openai.com/v1"
 LOCAL_KEY = "EMPTY"  # vLLM and `cfbench serve-model` started without a key accept any; the SDK insists on one
@@ -33,7 +36,7 @@ def make_client(
 @contextlib.contextmanager
 def one_line_errors(what: str, client: openai.OpenAI):
     """SDK errors (raised once its retries are spent) as one CfbenchError naming `what` and the server."""
-    url = str(client.base_url).rstrip("/")
+    url = without_credentials(str(client.base_url).rstrip("/"))
     tries = client.max_retries + 1
     try:
         yield
@@ -49,5 +52,10 @@ def one_line_errors(what: str, client: openai.OpenAI):
         detail = err.body.get("message", err.body) if isinstance(err.body, dict) else (err.body or err.response.text)
         hint = "; check --api-key / OPENAI_API_KEY" if code in (401, 403) else ""
         raise CfbenchError(f"{what} {url} refused the request: HTTP {code} {str(detail)[:300]}{hint}") from None
+    except json.JSONDecodeError as err:  # the SDK parses a 200 answer's body and does not catch this
+        raise CfbenchError(
+            f"{what} {url} answered with a body that is not JSON ({err.msg} at character {err.pos}); "
+            "it may have been cut off: check the server's log, then retry"
+        ) from None
     except openai.OpenAIError as err:
         raise CfbenchError(f"{what} {url}: {err}") from None

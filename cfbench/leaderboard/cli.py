@@ -1,4 +1,4 @@
-"""`cfbench leaderboard add|build|rescore|export` and `cfbench compare`."""
+"""`cfbench leaderboard add|build|rescore|verify|export` and `cfbench compare`."""
 
 from __future__ import annotations
 
@@ -114,6 +114,27 @@ def rescore_cmd(suites, root) -> None:
                 highlight=False,
                 soft_wrap=True,
             )
+
+
+@leaderboard.command("verify")
+@click.argument("entry", type=click.Path(path_type=Path))
+@click.option("--sample", type=click.IntRange(min=1), default=20, show_default=True, help="Questions to generate again.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the draw of questions.")
+@click.option("--ckpt", default=None, help="The entry's checkpoint, where not at the recorded place [default: the recorded --ckpt].")
+def verify_cmd(entry, sample, seed, ckpt) -> None:
+    """Generate a random sample of a stored entry's questions again with its recorded settings and compare byte for byte."""
+    from cfbench.harness.cli_output import job_progress
+    from cfbench.leaderboard.verify import verify
+
+    with one_line_errors("nothing is saved; rerun the command"):
+        with job_progress(f"verify {entry.name}", "q", sample) as progress:
+            progress.start(sample, 0)
+            verdict = verify(entry, sample, seed=seed, ckpt=ckpt, on_questions=lambda n: progress.update(advance=n))
+        notes = f" ({'; '.join(verdict.notes)})" if verdict.notes else ""
+        summary = f"{entry}: {verdict.identical} of {len(verdict.sampled)} sampled questions (seed {seed}) generated again byte-identical"
+        if verdict.differing:
+            raise CfbenchError(f"{summary}; differ: {', '.join(verdict.differing)}{notes}")
+        console.print(summary + notes, highlight=False, soft_wrap=True)
 
 
 @leaderboard.command("export")

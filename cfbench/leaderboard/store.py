@@ -6,9 +6,12 @@ question's turns, prediction and gold answers, exactly as `cfbench eval` wrote t
 (the labels shown in the tables). The id hashes the results, the scores and the trajectories, so
 storing the same run twice changes nothing, and an entry edited by hand no longer matches its name.
 
-Scores are never taken on trust: every per-question score is recomputed from the stored prediction
-and gold answers with the recorded metric version, the gold answers are checked against the suite
-file when it is at hand (the bundled suites always are), and any mismatch is refused. An entry
+Scores are never taken on trust: every stored prediction is extracted again from the model's stored
+generated text with the recorded protocol's extraction, every per-question score is recomputed from
+that prediction and the gold answers with the recorded metric version, the gold answers are checked
+against the suite file when it is at hand (the bundled suites always are), and any mismatch is
+refused. `cfbench leaderboard verify` goes further where the checkpoint is at hand: it generates a
+sample of the trajectories again (verify.py). An entry
 stored before trajectories were kept (`trajectories` is None) can only be checked for consistency;
 the tables mark it "scores only".
 """
@@ -24,9 +27,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cfbench.harness.errors import CfbenchError
-from cfbench.harness.jsonl import atomic_dir, iter_rows, json_text, jsonl_text, read_bytes, sha256, write_atomic, write_jsonl
+from cfbench.harness.jsonl import (
+    atomic_dir,
+    iter_rows,
+    json_text,
+    jsonl_text,
+    read_bytes,
+    refuse_constant,
+    sha256,
+    write_atomic,
+    write_jsonl,
+)
 from cfbench.harness.metrics import METRIC_VERSION, METRICS, aggregate, score
 from cfbench.harness.paths import from_portable
+from cfbench.harness.protocol import PROTOCOL_VERSION, final_answer
 from cfbench.harness.runrecord import RESULTS, TRAJECTORIES
 from cfbench.harness.suite import load_suite
 
@@ -86,13 +100,22 @@ def content_id(results: dict, rows: list[dict], trajectories: list[dict] | None)
 def rescored(path: Path, results: dict, trajectories: list[dict]) -> list[dict]:
     """Every question's scores recomputed from its prediction and gold answers; a stored score that differs is refused.
 
-    The recorded metric version must be the one this cfbench implements (there is one so far), and the
-    gold answers must be the suite's own when the suite file the results name is at hand with its hash.
+    The prediction must be what the recorded protocol extracts from the model's own generated text (the
+    last <answer> of its turns), so an edited prediction is refused even with its scores recomputed. The
+    recorded metric and protocol versions must be the ones this cfbench implements (there is one of each so
+    far), and the gold answers must be the suite's own when the suite file the results name is at hand with
+    its hash.
     """
     version = results["metric_version"]
     if version != METRIC_VERSION:
         raise CfbenchError(
             f"{path}: scored with metric version {version!r}, but this cfbench recomputes scores with {METRIC_VERSION!r} only; "
+            "use the cfbench release that made the run"
+        )
+    protocol = results["protocol"].get("version") if isinstance(results["protocol"], dict) else None
+    if protocol != PROTOCOL_VERSION:
+        raise CfbenchError(
+            f"{path}: run under protocol {protocol!r}, but this cfbench extracts answers under {PROTOCOL_VERSION!r} only; "
             "use the cfbench release that made the run"
         )
     gold = _suite_gold(results)
@@ -119,8 +142,21 @@ def rescored(path: Path, results: dict, trajectories: list[dict]) -> list[dict]:
                     f"{where}: question {qid}: stored {metric} {stated[metric]} but prediction {prediction!r} scores "
                     f"{again[metric]} against its gold answers under {version}; the record was edited"
                 )
+        extracted = final_answer(_generated(where, qid, row.get("turns")))
+        if (prediction or "") != extracted:
+            raise CfbenchError(
+                f"{where}: question {qid}: stored prediction {prediction!r} but the model's generated text answers "
+                f"{extracted!r} under protocol {protocol}; the record was edited"
+            )
         rows.append({"benchmark": row["benchmark"], "id": qid, "scores": again})
     return rows
+
+
+def _generated(where: str, qid: str, turns) -> list[str]:
+    """The model's own text of each turn, the only place an answer may be taken from."""
+    if not isinstance(turns, list) or not all(isinstance(t, dict) and isinstance(t.get("generated"), str) for t in turns):
+        raise CfbenchError(f"{where}: question {qid}: turns must be a list of objects with the generated text; the record is damaged")
+    return [t["generated"] for t in turns]
 
 
 def _suite_gold(results: dict) -> dict[str, list[str]] | None:
@@ -199,8 +235,8 @@ def stored_runs(suite_dir: Path) -> list[Run]:
 
 def _read_json(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse_constant)
+    except (OSError, ValueError) as err:
         raise CfbenchError(f"{path}: cannot read it as JSON ({err}); restore the file") from None
     if not isinstance(data, dict):
         raise CfbenchError(f"{path}: expected a JSON object")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import html
 import io
 
 from cfbench.harness.metrics import GROUPS, METRICS
@@ -311,7 +312,8 @@ def _md_row(cells: list[str]) -> str:
 
 
 def _md_text(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """A label as one table cell whose HTML (a run named `<script>`) shows as text wherever the Markdown is rendered."""
+    return html.escape(text, quote=False).replace("|", "\\|").replace("\n", " ")
 
 
 _TEX = str.maketrans(

@@ -34,7 +34,7 @@ import torch
 from accelerate.utils import gather_object
 
 from cfbench.harness.backends.tokens import PromptTokens
-from cfbench.harness.checkpoints import TRAIN_RECORD, load_model, resolve
+from cfbench.harness.checkpoints import TRAIN_RECORD, check_available, load_model, resolve
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import dumps, write_atomic, write_jsonl
 from cfbench.training.config.classes import BaseConfig, SearchR1Config, SelfEvolutionConfig, TrainingConfig, read_run_config
@@ -59,6 +59,7 @@ RESUMABLE = {"steps", "save_every", "note", "rollout_server"}  # none changes a 
 
 def check_config(config: TrainingConfig, out: Path, resume: bool) -> None:
     """Check the run directory against the config, writing nothing: a new run needs an empty --out, a resumed one the same knobs."""
+    check_available(config.model)  # a model that cannot be loaded is refused before the run directory is made
     saved = out / "config.json"
     if not resume:
         if out.exists() and any(out.iterdir()):

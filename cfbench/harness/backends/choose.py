@@ -45,6 +45,8 @@ def backend_for(
         )
     from cfbench.harness.checkpoints import resolve
 
+    if kind == "hf":
+        check_device(device)
     if kind == "vllm":
         from cfbench.harness.backends.vllm import VLLMBackend, import_vllm
 
@@ -60,3 +62,26 @@ def backend_for(
     from cfbench.harness.backends.hf import HFBackend
 
     return HFBackend.load(resolve(ckpt), device=device, dtype=dtype or "float32", threads=threads, linear=linear)
+
+
+def check_loadable(kind: str, ckpt: str | None, device: str) -> None:
+    """What a model load would trip over (an unusable --device, a --ckpt that cannot load), refused before anything loads,
+    the retriever's index or encoder included; backend_for checks the rest when it builds the engine."""
+    if kind == "hf":
+        check_device(device)
+    if kind in ("hf", "vllm") and ckpt:
+        from cfbench.harness.checkpoints import check_available
+
+        check_available(ckpt)
+
+
+def check_device(device: str) -> None:
+    """--device checked before a model loads: torch's own refusal (no CUDA in this build, no such device) as one line."""
+    import torch
+
+    try:
+        torch.empty(0, device=device)
+    except (AssertionError, RuntimeError, NotImplementedError, ValueError) as err:
+        cuda = "; install a CUDA build of torch (pytorch.org) or use --device cpu" if "cuda" in device.lower() else "; use --device cpu"
+        reason = str(err).strip().splitlines()[0].split(". ")[0][:200] if str(err).strip() else type(err).__name__
+        raise CfbenchError(f"--device {device!r} cannot be used with torch {torch.__version__} here ({reason}){cuda}") from None

@@ -5,7 +5,8 @@ and sends token ids, so the server decodes exactly the tokens an in-process engi
 carry `request_size` prompts each, at most `concurrency` in flight; greedy (temperature 0), stop
 strings kept in the text (vLLM's `include_stop_str_in_output`, sent with the other vLLM fields through the
 SDK's `extra_body`; a server that strips them but reports `stop_reason` gets them put back). Requests go
-through the `openai` SDK (harness.openai_client): its key, retries and timeouts.
+through the `openai` SDK (harness.openai_client): its key, retries and timeouts. Credentials in --base-url
+(`http://user:pass@host/v1`) are sent, never recorded: describe() keeps the URL without them.
 
 For training rollouts the engine samples (temperature > 0): generate call k sends `seed`
 call_seed(seed, k), and asks for the sampled ids (vLLM's `return_token_ids`) and their log-probs
@@ -24,6 +25,7 @@ from cfbench.harness.backends.tokens import PromptTokens, TokenizedEngine
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.openai_client import make_client, one_line_errors
 from cfbench.harness.protocol import cut_at_stop
+from cfbench.harness.urls import without_credentials
 
 
 class OpenAIBackend(TokenizedEngine):
@@ -47,6 +49,7 @@ class OpenAIBackend(TokenizedEngine):
         self.temperature, self.seed, self.calls = temperature, seed, 0
         root = base_url.rstrip("/").removesuffix("/completions").removesuffix("/v1")
         self.url = root + "/v1"
+        self.shown = without_credentials(self.url)  # what records and messages name
         self.model = model
         self.tokenizer_name = tokenizer or model
         self.concurrency, self.request_size = concurrency, request_size
@@ -61,12 +64,14 @@ class OpenAIBackend(TokenizedEngine):
             try:
                 served = [card.to_dict() for card in self._client.models.list().data]
             except (AttributeError, TypeError, ValueError):
-                raise CfbenchError(f"{self.url}/models answered without a model list; is --base-url an OpenAI-compatible server?") from None
+                raise CfbenchError(
+                    f"{self.shown}/models answered without a model list; is --base-url an OpenAI-compatible server?"
+                ) from None
         for card in served:
             if card.get("id") == self.model:
                 return card
         names = ", ".join(str(c.get("id")) for c in served) or "none"
-        raise CfbenchError(f"model server {self.url} does not serve --model {self.model!r} (it serves: {names})")
+        raise CfbenchError(f"model server {self.shown} does not serve --model {self.model!r} (it serves: {names})")
 
     def generate(self, prompts: list[str], max_new_tokens: int, max_context_tokens: int, stop: tuple[str, ...]) -> list[Completion]:
         encoded = [self.tokens.context(p, max_context_tokens) for p in prompts]
@@ -98,13 +103,13 @@ class OpenAIBackend(TokenizedEngine):
                 raise ValueError(f"choice indexes {[c.index for c in choices]} for {len(chunk)} prompts")
             return [_completion(c, stop) for c in choices]
         except (ValueError, AttributeError, TypeError) as err:
-            raise CfbenchError(f"model server {self.url}/completions answered in an unexpected form ({err})") from None
+            raise CfbenchError(f"model server {self.shown}/completions answered in an unexpected form ({err})") from None
 
     def describe(self) -> dict:
         cfbench_card = self.card.get("cfbench") or {}
         return {
             "engine": "openai",
-            "base_url": self.url,
+            "base_url": self.shown,
             "model": self.model,
             "tokenizer": self.tokenizer_name,
             "chat_template": self.tokens.has_template,
