@@ -29,6 +29,13 @@ DEFAULTS = Knobs()
 )
 @click.option("--corpus", type=click.Path(path_type=Path), default=None, help="Passages as jsonl(.gz) [default: bundled corpus].")
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True, help="Trajectories stepped together.")
+@click.option(
+    "--batching",
+    type=click.Choice(["continuous", "lockstep"]),
+    default=None,
+    help="continuous: a trajectory's row goes to the next one as soon as it ends (hf); lockstep: each batch turn by turn "
+    "[default: continuous for hf, lockstep for the others; a resumed run keeps its own].",
+)
 @click.option("--topk", type=int, default=DEFAULTS.topk, show_default=True)
 @click.option("--max-searches", type=int, default=DEFAULTS.max_searches, show_default=True)
 @click.option("--max-new-tokens", type=int, default=DEFAULTS.max_new_tokens, show_default=True)
@@ -79,6 +86,7 @@ def eval_cmd(
     retriever_spec,
     corpus,
     batch_size,
+    batching,
     topk,
     max_searches,
     max_new_tokens,
@@ -90,7 +98,7 @@ def eval_cmd(
 ) -> None:
     """Evaluate a checkpoint on a suite under protocol v1 and print Cover-EM tables."""
     from cfbench.harness.backends.choose import backend_for
-    from cfbench.harness.evaluate import evaluate
+    from cfbench.harness.evaluate import default_batching, evaluate
     from cfbench.harness.report import results_table
     from cfbench.harness.retrievers.choose import retriever_for
     from cfbench.harness.suite import load_suite
@@ -114,6 +122,7 @@ def eval_cmd(
                 batch_size=batch_size,
                 seed=seed,
                 resume=resume,
+                batching=batching or default_batching(backend, out, resume),
                 on_start=progress.start,
                 on_questions=lambda n: progress.update(advance=n),
                 on_searches=on_searches,
