@@ -70,7 +70,7 @@ def test_slots_decode_each_context_as_it_decodes_alone(tiny_llama):
         for r, c in enumerate(rows):
             fed[c] += 1
             seen[c].append(out[r])
-    assert slots.buffers[0][0].shape[-2] - (slots.frame.end - slots.frame.start) <= SLOT_GROW + len(late)  # bounded spare room
+    assert slots.buffers[0][0].shape[-2] - (slots.frame.end - slots.frame.start) <= 2 * SLOT_GROW + len(late)  # bounded spare room
     for c, ids in enumerate([*contexts, late]):
         expected = alone(model, ids, tokens[c][: fed[c]])
         # float32 sums over other row counts and (masked) padded columns: last-bit differences only

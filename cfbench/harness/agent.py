@@ -82,10 +82,14 @@ def run_stream(
                 on_trajectory(i, trajs[i])
         return [(i, trajs[i].context) for i, _ in ended if not trajs[i].done]
 
-    prefix = os.path.commonprefix([engine.chat_prompt(protocol.user_prompt(q)) for q in ("a", "b")])  # up to the question
     fresh = ((i, t.context) for i, t in enumerate(trajs))
-    engine.stream(fresh, step, rows, knobs.max_new_tokens, knobs.max_context_tokens, protocol.STOP, prefix=prefix)
+    engine.stream(fresh, step, rows, knobs.max_new_tokens, knobs.max_context_tokens, protocol.STOP, prefix=shared_prefix(engine))
     return trajs
+
+
+def shared_prefix(backend: Backend) -> str:
+    """The text every protocol prompt starts with: the chat template's opening and the instruction up to the question."""
+    return os.path.commonprefix([backend.chat_prompt(protocol.user_prompt(q)) for q in ("a", "b")])
 
 
 def take_turn(traj: Trajectory, completion: Completion, knobs: Knobs) -> bool:

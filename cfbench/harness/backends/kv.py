@@ -175,9 +175,13 @@ class Slots:
         self._expose()
 
     def _reallocate(self, left: int) -> None:
-        """New buffers with `left` columns before `end` and SLOT_GROW spare after it; the filled columns copied over."""
+        """New buffers with `left` columns before `end` and SLOT_GROW spare on both sides; the filled columns copied over.
+
+        The spare columns on the left let the next few longer contexts (a turn's continuation with its observation) be
+        placed without another copy; attention never reads them.
+        """
         width = self.frame.end - self.frame.start
-        left = max(left, width)
+        left = max(left, width) + SLOT_GROW
         buffers = []
         for keys, values in self.buffers:
             batch, heads, _, dim = keys.shape
