@@ -1,5 +1,5 @@
-"""Generated tokens/s of the engines on the same questions: hf one at a time, hf lockstep, openai over loopback,
-and the anchor: hf against CTranslate2 on plain greedy generation.
+"""Generated tokens/s of the engines on the same questions: hf one at a time, hf lockstep, hf continuous batching,
+openai over loopback, and the anchor: hf against CTranslate2 on plain greedy generation.
 
     python benchmarks/engines.py [--ckpt smollm2-135m] [--questions 16] [--max-new-tokens 64] [--anchor-tokens 128]
                                  [--anchor-runs 5] [--anchor-only]
@@ -9,7 +9,9 @@ arm starts `cfbench serve-model` on a free loopback port (same checkpoint, its o
 each turn's prompts in one request, so it measures what HTTP and JSON add to in-process hf.
 The anchor arms run in their own processes (so each reports its own peak RSS): the same first-turn
 prompts, greedy float32, --anchor-tokens new tokens, hf's lockstep decoder (with torch's linear layers
-and with `--linear onednn`) against CTranslate2's Generator (the `bench` extra) on the same weights
+and with `--linear onednn`) and its continuous-batching decoder (`stream`: all prompts start together,
+so what it adds here is only the shared instruction prefix's K/V, computed once) against CTranslate2's
+Generator (the `bench` extra) on the same weights
 converted once into the cache. A single anchor run takes about 15 s and varies by about 10% from run to run,
 so each engine runs --anchor-runs times, the engines taking turns, and its median run is reported.
 Prints each arm's rate, the ratios side by side, and whether the arms' outputs agree.
@@ -28,7 +30,7 @@ import time
 
 import httpx
 
-from cfbench.harness.agent import run_batch
+from cfbench.harness.agent import run_batch, run_stream, shared_prefix
 from cfbench.harness.backends.hf import HFBackend
 from cfbench.harness.backends.openai import OpenAIBackend
 from cfbench.harness.checkpoints import resolve
@@ -37,7 +39,7 @@ from cfbench.harness.protocol import Knobs, user_prompt
 from cfbench.harness.retrievers.choose import retriever_for
 from cfbench.harness.suite import load_suite
 
-ANCHORS = ("ctranslate2", "hf", "hf onednn")  # the reference first
+ANCHORS = ("ctranslate2", "hf", "hf onednn", "hf continuous")  # the reference first
 
 
 def served(ckpt: str) -> tuple[subprocess.Popen, str]:
@@ -60,7 +62,21 @@ def anchor_arm(engine: str, ckpt: str, questions: list, new_tokens: int) -> dict
     """One anchor engine over the first-turn prompts, in this process: seconds, tokens, peak RSS and the output ids."""
     hf = HFBackend.load(resolve(ckpt), threads=2, linear="onednn" if engine == "hf onednn" else "torch")
     prompts = [hf.tokens.context(hf.tokens.chat_prompt(user_prompt(q.question)), Knobs().max_context_tokens) for q in questions]
-    if engine.startswith("hf"):
+    if engine == "hf continuous":
+        texts = [hf.tokens.chat_prompt(user_prompt(q.question)) for q in questions]
+        done: dict[int, list[int]] = {}
+        start = time.perf_counter()
+        hf.stream(
+            enumerate(texts),
+            lambda ended: done.update((i, hf.tokens.encode(c.text)) for i, c in ended) or [],
+            len(texts),
+            new_tokens,
+            Knobs().max_context_tokens,
+            (),
+            prefix=shared_prefix(hf),
+        )
+        outputs = [done[i] for i in range(len(texts))]
+    elif engine.startswith("hf"):
         start = time.perf_counter()
         outputs = [hf.tokens.encode(c.text) for c in hf.complete(prompts, new_tokens, ())]
     else:
@@ -136,6 +152,7 @@ def main() -> None:
         arms = {
             "hf one at a time": lambda: [t for q in questions for t in run_batch([q], hf, retriever, knobs)],
             f"hf lockstep ({len(questions)})": lambda: run_batch(questions, hf, retriever, knobs),
+            f"hf continuous ({len(questions)})": lambda: run_stream(questions, hf, retriever, knobs, len(questions)),
             f"openai lockstep ({len(questions)})": lambda: run_batch(questions, remote, retriever, knobs),
         }
         results = {}
@@ -153,10 +170,14 @@ def main() -> None:
     print(f"{'arm':<24}{'seconds':>9}{'tokens':>8}{'tokens/s':>10}")
     for name, (seconds, tokens, _) in results.items():
         print(f"{name:<24}{seconds:>9.1f}{tokens:>8}{tokens / seconds:>10.1f}")
-    (seq_s, _, seq), (lock_s, _, lock), (http_s, _, http) = results.values()
-    print(f"hf lockstep / one at a time: {seq_s / lock_s:.2f}x   openai / hf lockstep time: {http_s / lock_s:.3f}x")
+    (seq_s, _, seq), (lock_s, _, lock), (cont_s, _, cont), (http_s, _, http) = results.values()
+    print(
+        f"hf lockstep / one at a time: {seq_s / lock_s:.2f}x   hf continuous / lockstep: {lock_s / cont_s:.2f}x   "
+        f"openai / hf lockstep time: {http_s / lock_s:.3f}x"
+    )
     print(
         f"same trajectories: lockstep vs one at a time {sum(a == b for a, b in zip(lock, seq))}/{len(lock)}, "
+        f"continuous vs lockstep {sum(a == b for a, b in zip(cont, lock))}/{len(lock)}, "
         f"openai vs hf lockstep {sum(a == b for a, b in zip(http, lock))}/{len(lock)}"
     )
 

@@ -1,6 +1,8 @@
-"""The protocol-v1 agent loop, stepping every active trajectory of a batch in lockstep.
+"""The protocol-v1 agent loop: run_batch steps every active trajectory of a batch in lockstep, run_stream by
+continuous batching; both advance a trajectory with the same per-trajectory turn (take_turn, observe), which the
+verl agent loop (training/verl_engine/agent_loop.py) also steps with.
 
-Each turn makes one batched generate call for all active trajectories and one batched retrieval
+In lockstep each turn makes one batched generate call for all active trajectories and one batched retrieval
 for all their searches. A trajectory ends at its first answer; after `max_searches` search or
 invalid turns it gets one last generation in which a search is not executed.
 
@@ -10,6 +12,7 @@ turns' Completions, so an update trains on the sampled token ids, not on a re-en
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -34,37 +37,6 @@ class Trajectory:
         return protocol.final_answer([t["generated"] for t in self.turns])
 
 
-def take_turn(traj: Trajectory, completion: Completion, last_turn: bool) -> dict | None:
-    """Advance one trajectory by one generated turn: parse its action, record the turn, end the trajectory at an
-    answer or its last turn, or add the invalid-action note. Returns the turn's record when its search is to be
-    run (`observe` then adds the passages), else None. run_batch and the verl agent loop both step with it."""
-    text = completion.text
-    action, content = protocol.parse_action(text)
-    record = {"generated": text, "action": action, "query": content if action == "search" else None, "doc_ids": [], "doc_scores": []}
-    traj.turns.append(record)
-    traj.completions.append(completion)
-    traj.context += text
-    if action == "answer" or last_turn:
-        if action == "search":
-            record["action"] = "search_over_budget"
-        traj.done = True
-        return None
-    if action == "search":
-        return record
-    record["observation"] = protocol.INVALID_ACTION
-    traj.context += protocol.INVALID_ACTION
-    return None
-
-
-def observe(traj: Trajectory, record: dict, hits: list[Hit], engine: Backend, knobs: Knobs) -> None:
-    """The search turn `record` gets its passages, cut to max_obs_tokens of the engine's tokenizer."""
-    obs = engine.truncate(protocol.observation(hits), knobs.max_obs_tokens)
-    record["doc_ids"] = [h.id for h in hits]
-    record["doc_scores"] = [h.score for h in hits]
-    record["observation"] = obs
-    traj.context += obs
-
-
 def run_batch(
     questions: list[Question],
     backend: Backend,
@@ -76,18 +48,88 @@ def run_batch(
     """`user_prompts` replaces the protocol's prompt (training roles that read a source passage)."""
     users = user_prompts if user_prompts is not None else [protocol.user_prompt(q.question) for q in questions]
     trajs = [Trajectory(q, p, p) for q, p in zip(questions, map(backend.chat_prompt, users), strict=True)]
-    for turn in range(knobs.max_searches + 1):
+    for _ in range(knobs.max_searches + 1):
         active = [t for t in trajs if not t.done]
         if not active:
             break
-        last_turn = turn == knobs.max_searches
         generated = backend.generate([t.context for t in active], knobs.max_new_tokens, knobs.max_context_tokens, protocol.STOP)
-        searching = [
-            (traj, record) for traj, completion in zip(active, generated, strict=True) if (record := take_turn(traj, completion, last_turn))
-        ]
+        searching = [traj for traj, completion in zip(active, generated, strict=True) if take_turn(traj, completion, knobs)]
+        search(searching, backend, retriever, knobs)
         if searching:
-            results = retriever.search([record["query"] for _, record in searching], knobs.topk)
-            for (traj, record), hits in zip(searching, results, strict=True):
-                observe(traj, record, hits, backend, knobs)
             on_searches(len(searching))
     return trajs
+
+
+def run_stream(
+    questions: list[Question],
+    engine,
+    retriever: Retriever,
+    knobs: Knobs,
+    rows: int,
+    on_searches: Callable[[int], None] = lambda n: None,
+    on_trajectory: Callable[[int, Trajectory], None] = lambda i, t: None,
+) -> list[Trajectory]:
+    """The same trajectories as run_batch, decoded by continuous batching (an engine with `stream`, e.g. hf): up to
+    `rows` trajectories generate at once, each continuing as soon as its own turn (and search) is done, and a
+    finished trajectory's row goes to the next question. `on_trajectory(i, t)` reports each as it finishes."""
+    trajs = [Trajectory(q, p, p) for q, p in ((q, engine.chat_prompt(protocol.user_prompt(q.question))) for q in questions)]
+
+    def step(ended: list[tuple[int, Completion]]) -> list[tuple[int, str]]:
+        searching = [trajs[i] for i, completion in ended if take_turn(trajs[i], completion, knobs)]
+        search(searching, engine, retriever, knobs)
+        if searching:
+            on_searches(len(searching))
+        for i, _ in ended:
+            if trajs[i].done:
+                on_trajectory(i, trajs[i])
+        return [(i, trajs[i].context) for i, _ in ended if not trajs[i].done]
+
+    fresh = ((i, t.context) for i, t in enumerate(trajs))
+    engine.stream(fresh, step, rows, knobs.max_new_tokens, knobs.max_context_tokens, protocol.STOP, prefix=shared_prefix(engine))
+    return trajs
+
+
+def shared_prefix(backend: Backend) -> str:
+    """The text every protocol prompt starts with: the chat template's opening and the instruction up to the question."""
+    return os.path.commonprefix([backend.chat_prompt(protocol.user_prompt(q)) for q in ("a", "b")])
+
+
+def take_turn(traj: Trajectory, completion: Completion, knobs: Knobs) -> bool:
+    """Advance one trajectory by the turn it just generated: record the turn, then end the trajectory (an answer,
+    or its last turn) or append the invalid-action observation. True when the turn's search is to run (`search`)."""
+    last_turn = len(traj.turns) == knobs.max_searches
+    text = completion.text
+    action, content = protocol.parse_action(text)
+    record = {"generated": text, "action": action, "query": content if action == "search" else None, "doc_ids": [], "doc_scores": []}
+    traj.turns.append(record)
+    traj.completions.append(completion)
+    traj.context += text
+    if action == "answer" or last_turn:
+        if action == "search":
+            record["action"] = "search_over_budget"
+        traj.done = True
+        return False
+    if action == "search":
+        return True
+    record["observation"] = protocol.INVALID_ACTION
+    traj.context += protocol.INVALID_ACTION
+    return False
+
+
+def search(trajs: list[Trajectory], backend: Backend, retriever: Retriever, knobs: Knobs) -> None:
+    """Run the last turn's search of each trajectory (one batched retrieval) and append each observation."""
+    if not trajs:
+        return
+    results = retriever.search([t.turns[-1]["query"] for t in trajs], knobs.topk)
+    for traj, hits in zip(trajs, results, strict=True):
+        observe(traj, hits, backend, knobs)
+
+
+def observe(traj: Trajectory, hits: list[Hit], engine: Backend, knobs: Knobs) -> None:
+    """The trajectory's last turn, a search, gets its passages, cut to max_obs_tokens of the engine's tokenizer."""
+    record = traj.turns[-1]
+    obs = engine.truncate(protocol.observation(hits), knobs.max_obs_tokens)
+    record["doc_ids"] = [h.id for h in hits]
+    record["doc_scores"] = [h.score for h in hits]
+    record["observation"] = obs
+    traj.context += obs

@@ -68,6 +68,13 @@ EVAL_SECTIONS = {
 )
 @click.option("--corpus", type=click.Path(path_type=Path), default=None, help="Passages as jsonl(.gz) [default: bundled corpus].")
 @click.option("--batch-size", type=click.IntRange(min=1), default=16, show_default=True, help="Trajectories stepped together.")
+@click.option(
+    "--batching",
+    type=click.Choice(["continuous", "lockstep"]),
+    default=None,
+    help="continuous: a trajectory's row goes to the next one as soon as it ends (hf); lockstep: each batch turn by turn "
+    "[default: continuous for hf, lockstep for the others; a resumed run keeps its own].",
+)
 @click.option("--topk", type=int, default=DEFAULTS.topk, show_default=True, help="Passages returned per search.")
 @click.option(
     "--max-searches",
@@ -139,6 +146,7 @@ def eval_cmd(
     retriever_spec,
     corpus,
     batch_size,
+    batching,
     topk,
     max_searches,
     max_new_tokens,
@@ -159,7 +167,7 @@ def eval_cmd(
       cfbench eval --ckpt smollm2-135m-search --out runs/mini --resume     # finish an interrupted run
     """
     from cfbench.harness.backends.choose import backend_for, check_loadable
-    from cfbench.harness.evaluate import evaluate
+    from cfbench.harness.evaluate import default_batching, evaluate
     from cfbench.harness.jsonl import iter_rows, read_bytes
     from cfbench.harness.report import results_table
     from cfbench.harness.retrievers.choose import retriever_for
@@ -191,6 +199,7 @@ def eval_cmd(
                 batch_size=batch_size,
                 seed=seed,
                 resume=resume,
+                batching=batching or default_batching(backend, out, resume),
                 on_start=progress.start,
                 on_questions=lambda n: progress.update(advance=n),
                 on_searches=on_searches,

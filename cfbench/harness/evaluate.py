@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import platform
 import subprocess
 import time
@@ -11,13 +12,13 @@ from importlib import metadata
 from pathlib import Path
 
 from cfbench.harness import metrics, protocol
-from cfbench.harness.agent import run_batch
+from cfbench.harness.agent import run_batch, run_stream
 from cfbench.harness.backends import Backend
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.paths import portable
 from cfbench.harness.protocol import Knobs
 from cfbench.harness.retrievers import Retriever
-from cfbench.harness.runrecord import RunDir
+from cfbench.harness.runrecord import CONFIG, RunDir
 from cfbench.harness.suite import Suite
 
 # Engines a run may use: the openai SDK (--backend openai, openai: judges), pyserini and its Java runtime (--retriever lucene).
@@ -97,7 +98,20 @@ def trajectory_row(traj) -> dict:
     }
 
 
-def run_config(suite: Suite, backend: Backend, retriever: Retriever, knobs: Knobs, batch_size: int, seed: int) -> dict:
+BATCHINGS = ("lockstep", "continuous")
+
+
+def default_batching(backend: Backend, out: Path, resume: bool) -> str:
+    """continuous for an engine that streams (hf), lockstep for the others; a resumed record keeps its own."""
+    recorded = out / CONFIG
+    if resume and recorded.is_file():
+        return json.loads(recorded.read_text()).get("batching", "lockstep")
+    return "continuous" if hasattr(backend, "stream") else "lockstep"
+
+
+def run_config(
+    suite: Suite, backend: Backend, retriever: Retriever, knobs: Knobs, batch_size: int, seed: int, batching: str = "lockstep"
+) -> dict:
     """Everything that decides the outputs; a resumed run must match it exactly."""
     return {
         "suite": {"name": suite.name, "path": portable(suite.path), "sha256": suite.sha256, "n": len(suite.questions)}
@@ -107,6 +121,7 @@ def run_config(suite: Suite, backend: Backend, retriever: Retriever, knobs: Knob
         "model": backend.describe(),
         "retriever": retriever.describe(),
         "batch_size": batch_size,
+        **({"batching": batching} if batching != "lockstep" else {}),  # records made before continuous batching still resume
         "seed": seed,
     }
 
@@ -121,17 +136,28 @@ def evaluate(
     batch_size: int = 16,
     seed: int = 0,
     resume: bool = False,
+    batching: str = "lockstep",
     on_start: Callable[[int, int], None] = lambda total, done: None,
     on_questions: Callable[[int], None] = lambda n: None,
     on_searches: Callable[[int], None] = lambda n: None,
 ) -> dict:
-    """Run (or finish) the suite into `out`; returns results.json's content."""
+    """Run (or finish) the suite into `out`; returns results.json's content.
+
+    `batching`: "lockstep" steps each batch of batch_size questions turn by turn (run_batch); "continuous" decodes
+    batch_size trajectories at a time over all questions left (run_stream, an engine with `stream`: hf). Either
+    way the record is appended a whole batch at a time, in suite order, so a resume redoes at most the unfinished batches.
+    """
     import torch
+
+    if batching not in BATCHINGS:
+        raise CfbenchError(f"unknown batching {batching!r}; choose one of {', '.join(BATCHINGS)}")
+    if batching == "continuous" and not hasattr(backend, "stream"):
+        raise CfbenchError(f"--batching continuous needs the hf engine (got {backend.describe()['engine']}); pass --batching lockstep")
 
     torch.manual_seed(seed)
     started = time.time()
     run = RunDir(out)
-    config = run_config(suite, backend, retriever, knobs, batch_size, seed)
+    config = run_config(suite, backend, retriever, knobs, batch_size, seed, batching)
     finished = run.open(config, resume)  # locked: a second writer of `out` is refused until close
     try:
         questions = list(suite.questions)
@@ -148,14 +174,31 @@ def evaluate(
 
         todo = [b for b in batches if b[0].id not in kept_ids]
         done_now = 0
+
+        def write(rows: list[dict]) -> None:
+            nonlocal done_now
+            run.append(rows)
+            finished.update((r["id"], r) for r in rows)
+            done_now += len(rows)
+            on_questions(len(rows))
+
         try:
-            for batch in todo:
-                trajs = run_batch(batch, backend, retriever, knobs, on_searches)
-                rows = [trajectory_row(t) for t in trajs]
-                run.append(rows)
-                finished.update((r["id"], r) for r in rows)
-                done_now += len(rows)
-                on_questions(len(rows))
+            if batching == "lockstep":
+                for batch in todo:
+                    write([trajectory_row(t) for t in run_batch(batch, backend, retriever, knobs, on_searches)])
+            elif todo:
+                stream = [q for batch in todo for q in batch]
+                ready: dict[int, dict] = {}  # finished rows by position in `stream`, until their batch is written
+                written = [0, 0]  # batches of `todo` and questions of `stream` in the record
+
+                def on_trajectory(i: int, traj) -> None:
+                    ready[i] = trajectory_row(traj)
+                    while written[0] < len(todo) and all(j in ready for j in range(written[1], written[1] + len(todo[written[0]]))):
+                        size = len(todo[written[0]])
+                        write([ready.pop(j) for j in range(written[1], written[1] + size)])
+                        written[0], written[1] = written[0] + 1, written[1] + size
+
+                run_stream(stream, backend, retriever, knobs, batch_size, on_searches, on_trajectory)
         finally:  # an interrupted session's time counts too
             segments = run.add_segment(
                 {

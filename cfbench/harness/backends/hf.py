@@ -7,14 +7,15 @@ makes the lockstep loop several times faster than one question at a time on a CP
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass, field
 
 import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from cfbench.harness.backends import Completion, call_seed
-from cfbench.harness.backends.kv import left_padded_cache
+from cfbench.harness.backends.kv import Slots, left_padded_cache
 from cfbench.harness.backends.onednn import use_linear
 from cfbench.harness.backends.tokens import PromptTokens, TokenizedEngine
 from cfbench.harness.checkpoints import ResolvedCheckpoint, load_model
@@ -30,6 +31,21 @@ class _Context:
     prompt: list[int]
     ids: list[int]
     kv: list
+
+
+@dataclass(eq=False)
+class _Row:
+    """A context being decoded in a Slots row: its prompt's ids, the ids in its K/V, what it generated so far."""
+
+    key: Hashable
+    prompt: list[int]
+    ids: list[int]
+    new: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    token: int | None = None  # picked and not yet fed
+
+
+Work = tuple[Hashable, str]  # a caller's key and the prompt to continue
 
 
 class HFBackend(TokenizedEngine):
@@ -175,18 +191,114 @@ class HFBackend(TokenizedEngine):
         is a prefix) reuses that context's K/V up to the first differing token. Another
         trajectory's K/V is never used, so results never depend on other batches.
         """
-        start, past = 0, None
         for old in reversed(self._reusable):
             if common := self._extends(ids, old):
-                start = min(common, len(ids) - 1)  # at least one token to compute logits from
-                past = [(k[:, :, :start], v[:, :, :start]) for k, v in old.kv]
                 self._reusable.remove(old)  # this turn's context supersedes it
-                break
+                return self._extend(ids, common, old.kv)
+        return self._extend(ids, 0, None)
+
+    def _extend(self, ids: list[int], common: int, kv: list | None) -> tuple[torch.Tensor, list]:
+        """Last-position logits and K/V of `ids`, reusing `kv` (K/V of ids that agree with `ids` on `common` tokens)."""
+        start = min(common, len(ids) - 1)  # at least one token to compute logits from
+        past = [(k[:, :, :start], v[:, :, :start]) for k, v in kv] if kv and start else None
         cache = DynamicCache(ddp_cache_data=past) if past else DynamicCache()
         suffix = torch.tensor([ids[start:]], device=self.device)
         positions = torch.arange(start, len(ids), device=self.device).unsqueeze(0)
         logits = self.model(input_ids=suffix, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
         return logits, [(layer.keys, layer.values) for layer in cache.layers]
+
+    @torch.inference_mode()
+    def stream(
+        self,
+        work: Iterator[Work],
+        step: Callable[[list[tuple[Hashable, Completion]]], list[Work]],
+        rows: int,
+        max_new_tokens: int,
+        max_context_tokens: int,
+        stop: tuple[str, ...],
+        prefix: str = "",
+    ) -> None:
+        """Greedy continuous batching: up to `rows` contexts decode together, and a context that ends gives its row
+        to the next one at once instead of waiting for the longest (what a lockstep batch does, turn by turn).
+
+        Contexts come from `work` (fresh prompts) and from `step`, which gets the completions that ended at one
+        decoding step and returns the prompts that continue them (same keys): a continuation extends its own
+        row's K/V (its previous prompt and generation), so only what was appended since is prefilled, and it
+        decodes before fresh work. A fresh prompt reuses the K/V of `prefix` (the text all prompts start with,
+        computed once) up to the first differing token. Each context decodes exactly as `complete` decodes it
+        (the same stops, end of sequence and max_new_tokens; greedy picks); other rows only share the batch.
+
+        Hand-written rather than transformers' ContinuousBatchingManager: that one stops only at end-of-sequence
+        ids (no stop strings, so every turn would decode to max_new_tokens), cannot continue a finished request's
+        cache with an appended observation, and runs in a background thread with paged attention over all of a
+        batch's keys, a different kernel from this engine's prefill and decode (tests/test_kv_cache.py checks
+        that this decoder gives the lockstep decoder's completions).
+        """
+        if self.temperature:
+            raise ValueError("stream decodes greedily; sampled rollouts use generate")
+        prefix_ids = self.tokens.encode(prefix) if prefix else []
+        prefix_kv = self._extend(prefix_ids, 0, None)[1] if len(prefix_ids) > 1 else None
+        slots, live, fresh = Slots(rows), [], iter(work)
+
+        def start(row: int, key: Hashable, prompt: str) -> bool:
+            """Prefill `prompt` into `row` (its own previous context's K/V there, else the prefix's) and pick its first token."""
+            ids = self.tokens.context(prompt, max_context_tokens)
+            own = live[row] if row < len(live) else None
+            past_ids, past_kv = (own.ids, slots.row(row)) if own is not None else (prefix_ids, prefix_kv)
+            logits, kv = self._extend(ids, _common(ids, past_ids) if past_kv else 0, past_kv)
+            if row == len(live):
+                live.append(None)
+            slots.place(row, kv)
+            live[row] = _Row(key, ids, list(ids))
+            token, logprob = _pick(logits, 0.0, None)
+            return self._take(live[row], token.item(), logprob.item(), stop, max_new_tokens)
+
+        ended = [row for row in range(rows) if (item := next(fresh, None)) is not None and start(row, *item)]
+        if not live:
+            return
+        if len(live) < rows:
+            slots.keep(list(range(len(live))))  # fewer prompts than rows
+        while True:
+            while ended:
+                completions = [(live[row].key, self._finish(live[row].new, live[row].logprobs, stop, max_new_tokens)) for row in ended]
+                rows_of = {live[row].key: row for row in ended}
+                freed, ended = list(rows_of.values()), []
+                for key, prompt in step(completions):
+                    freed.remove(rows_of[key])
+                    if start(rows_of[key], key, prompt):
+                        ended.append(rows_of[key])
+                for row in freed:
+                    item = next(fresh, None)
+                    live[row] = None
+                    if item is not None and start(row, *item):
+                        ended.append(row)
+            if any(x is None for x in live):
+                keep = [row for row, x in enumerate(live) if x is not None]
+                if not keep:
+                    return
+                slots.keep(keep)
+                live = [live[row] for row in keep]
+            mask, positions = slots.step(self.device)
+            input_ids = torch.tensor([[x.token] for x in live], device=self.device)
+            logits = self.model(
+                input_ids=input_ids, attention_mask=mask, position_ids=positions, cache=slots.cache, use_cache=True, logits_to_keep=1
+            ).logits[:, -1]
+            slots.advance()
+            picked, logprobs = _pick(logits, 0.0, None)
+            for row, (x, token, logprob) in enumerate(zip(live, picked.tolist(), logprobs.tolist())):
+                x.ids.append(x.token)
+                if self._take(x, token, logprob, stop, max_new_tokens):
+                    ended.append(row)
+
+    def _take(self, row: _Row, token: int, logprob: float, stop: tuple[str, ...], max_new_tokens: int) -> bool:
+        """Add a picked token to a row as `complete` does; True when the row's context has ended."""
+        if token in self.eos_ids:
+            return True
+        row.new.append(token)
+        row.logprobs.append(logprob)
+        row.token = token
+        tail = self.tokens.tokenizer.decode(row.new[-STOP_WINDOW:])
+        return any(s in tail for s in stop) or len(row.new) >= max_new_tokens
 
     def describe(self) -> dict:
         return {
@@ -204,6 +316,11 @@ class HFBackend(TokenizedEngine):
             "hub_revision": getattr(self.model.config, "_commit_hash", None),
             **self.ckpt.describe(),
         }
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    """How many leading ids two sequences share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def _pick(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:

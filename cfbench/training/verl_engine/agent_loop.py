@@ -66,17 +66,16 @@ class ProtocolV1AgentLoop(AgentLoopBase):
         traj = Trajectory(question, prompt, prompt)
         params = {**sampling_params, "max_tokens": knobs.max_new_tokens, "stop": list(protocol.STOP), "include_stop_str_in_output": True}
         eos = self.tokenizer.eos_token_id
-        for turn in range(knobs.max_searches + 1):
+        for _ in range(knobs.max_searches + 1):
             out = await self.server_manager.generate(
                 request_id=uuid4().hex, prompt_ids=self.tokens.context(traj.context, knobs.max_context_tokens), sampling_params=params
             )
             ids, logprobs = list(out.token_ids), list(out.log_probs or [math.nan] * len(out.token_ids))
             if ids and ids[-1] == eos:  # the hf engine leaves end-of-sequence out of a completion's ids
                 ids, logprobs = ids[:-1], logprobs[:-1]
-            record = take_turn(traj, self.tokens.completion(ids, logprobs, protocol.STOP, knobs.max_new_tokens), turn == knobs.max_searches)
-            if record is not None:
-                (hits,) = await self.loop.run_in_executor(_RETRIEVAL, self.retriever.search, [record["query"]], knobs.topk)
-                observe(traj, record, hits, self.tokens, knobs)
+            if take_turn(traj, self.tokens.completion(ids, logprobs, protocol.STOP, knobs.max_new_tokens), knobs):
+                (hits,) = await self.loop.run_in_executor(_RETRIEVAL, self.retriever.search, [traj.turns[-1]["query"]], knobs.topk)
+                observe(traj, hits, self.tokens, knobs)
             if traj.done:
                 break
         reward = self.run_config.reward.of(traj.prediction, list(question.golden_answers), traj.turns)
