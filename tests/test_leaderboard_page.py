@@ -148,7 +148,9 @@ def _with_turns(run_dir):
     rows = [json.loads(line) for line in (run_dir / TRAJECTORIES).read_text().splitlines()]
     missed = [r for r in rows if r["benchmark"] == "bamboogle" and r["prediction"] == "y"]
     missed[0] |= {"question": HOSTILE, "golden_answers": ["x", "<x>"], "prediction": HOSTILE, "turns": TURNS}
-    missed[1] |= {"prediction": None}
+    # no answer at all: its one turn answers nothing, so protocol v1 extracts no prediction from it either
+    silent = {"action": "invalid", "doc_ids": [], "doc_scores": [], "generated": "I am not sure.", "query": None}
+    missed[1] |= {"prediction": None, "turns": [silent]}
     for row in missed[:2]:
         again = score(row["prediction"] or "", row["golden_answers"])
         assert again == row["scores"], again  # still missed, so results.json still adds up
@@ -295,7 +297,7 @@ def test_a_benchmark_cell_opens_the_runs_questions_from_disk(ten):
         "prediction": "no answer",
         "queries": [],
         "docs": [],
-        "folded": None,
+        "folded": [False, False],  # its one turn's text (no answer in it) is there, folded
     }
     stored = [json.loads(line) for line in (suite.parent.parent / "r9" / TRAJECTORIES).read_text().splitlines()]
     in_page = chromium.evaluate(

@@ -51,7 +51,9 @@ def test_the_setting_is_in_the_run_record_and_a_resume_across_settings_is_refuse
     plain, packed = HFBackend.load(ckpt), HFBackend.load(ckpt, linear="onednn")
     assert "linear" not in plain.describe()  # records made before the option resume unchanged
     assert packed.describe()["linear"] == "onednn"
-    RunDir(tmp_path / "run").open({"model": plain.describe()}, resume=False)
+    first = RunDir(tmp_path / "run")
+    first.open({"model": plain.describe()}, resume=False)
+    first.close()  # its writer ended: a resume is then judged on its settings, not refused for the lock
     with pytest.raises(CfbenchError, match="cannot resume, the settings differ \\(model.linear: run has None, now 'onednn'\\)"):
         RunDir(tmp_path / "run").open({"model": packed.describe()}, resume=True)
 
