@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from cfbench.cli import main
 from cfbench.harness.errors import CfbenchError
+from cfbench.training.config.classes import read_run_config
 from cfbench.training.plan import (
     CPU_SECONDS_PER_ROLLOUT,
     MEASURED_PARAMS,
@@ -127,7 +128,7 @@ def test_the_cpu_costs_are_the_studys_measured_steps():
     measured = {"policy": statistics.mean(search_r1), "proposer": statistics.median(proposer), "solver": statistics.mean(training_solver)}
     for phase, cpu_s in measured.items():
         assert CPU_SECONDS_PER_ROLLOUT[phase] * MEASURED_ROLLOUTS == pytest.approx(cpu_s, rel=0.02), phase
-    config = load_config("search-r1", "cpu")  # the measured run's own config: the estimate is its measured total
+    config = read_run_config(study / "search-r1" / "config.json")  # the measured run's own config: the estimate is its measured total
     assert config.prompts_per_step * config.samples_per_prompt == MEASURED_ROLLOUTS
     [time] = [line for line in plan(config, 8, 80) if line.startswith("time:")]
     assert time.startswith(f"time: about {sum(search_r1) / 3600:.2f} CPU-hours")
