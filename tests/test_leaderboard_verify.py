@@ -30,6 +30,19 @@ def cli(*args):
     return result.exit_code, [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
 
 
+def forge(entry, rows):
+    """Rewrite an entry around edited trajectory rows as a forger would: scores, results and the folder's content hash
+    recomputed to match. Returns the renamed entry."""
+    scores = [{"benchmark": r["benchmark"], "id": r["id"], "scores": r["scores"]} for r in rows]
+    (entry / "trajectories.jsonl.gz").write_bytes(gzip.compress(jsonl_text(rows).encode()))
+    (entry / "scores.jsonl").write_text(jsonl_text(scores))
+    results = json.loads((entry / "results.json").read_text()) | {"scores": aggregate(scores)}
+    (entry / "results.json").write_text(json.dumps(results))
+    forged = entry.with_name(content_id(results, scores, rows))
+    entry.rename(forged)
+    return forged
+
+
 def rows_of(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -63,13 +76,7 @@ def test_a_stored_entry_edited_and_renamed_to_its_new_hash_is_refused(tmp_path):
     rows = [json.loads(line) for line in gzip.decompress((entry / "trajectories.jsonl.gz").read_bytes()).decode().splitlines()]
     wrong = next(i for i, r in enumerate(rows) if r["scores"]["cover_em"] == 0.0)
     rows[wrong]["scores"] = {"cover_em": 1.0, "em": 1.0, "sub_em": 1.0, "f1": 1.0}
-    scores = [{"benchmark": r["benchmark"], "id": r["id"], "scores": r["scores"]} for r in rows]
-    (entry / "trajectories.jsonl.gz").write_bytes(gzip.compress(jsonl_text(rows).encode()))
-    (entry / "scores.jsonl").write_text(jsonl_text(scores))
-    results = json.loads((entry / "results.json").read_text()) | {"scores": aggregate(scores)}
-    (entry / "results.json").write_text(json.dumps(results))
-    forged = entry.with_name(content_id(results, scores, rows))
-    entry.rename(forged)
+    forged = forge(entry, rows)
     code, lines = cli("leaderboard", "build", "--root", root)
     assert code == 2 and len(lines) == 1 and str(forged) in lines[0] and "stored cover_em 1.0 but prediction" in lines[0]
 
@@ -85,13 +92,7 @@ def test_an_entry_whose_predictions_were_set_to_gold_is_refused_by_build_and_res
     rows = [json.loads(line) for line in gzip.decompress((entry / "trajectories.jsonl.gz").read_bytes()).decode().splitlines()]
     for row in rows:
         row |= {"prediction": row["golden_answers"][0], "scores": score(row["golden_answers"][0], row["golden_answers"])}
-    scores = [{"benchmark": r["benchmark"], "id": r["id"], "scores": r["scores"]} for r in rows]
-    (entry / "trajectories.jsonl.gz").write_bytes(gzip.compress(jsonl_text(rows).encode()))
-    (entry / "scores.jsonl").write_text(jsonl_text(scores))
-    results = json.loads((entry / "results.json").read_text()) | {"scores": aggregate(scores)}
-    (entry / "results.json").write_text(json.dumps(results))
-    forged = entry.with_name(content_id(results, scores, rows))
-    entry.rename(forged)
+    forged = forge(entry, rows)
     first = next(r for r in rows if r["turns"][-1]["generated"] != "<answer> x </answer>")
     for command in ("build", "rescore"):
         code, lines = cli("leaderboard", command, "--root", root)
