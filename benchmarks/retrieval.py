@@ -69,7 +69,7 @@ def main() -> None:
         lambda: bm25s.BM25(k1=PARAMS["k1"], b=PARAMS["b"], method=PARAMS["method"]).index(doc_tokens, show_progress=False)
     )
     with tempfile.TemporaryDirectory() as tmp:
-        _, full_build = timed(lambda: build_index(corpus, "bm25", Path(tmp) / "ix"))
+        _, full_build = timed(lambda: build_index(corpus.path, "bm25", Path(tmp) / "ix"))
         index = open_index(Path(tmp) / "ix", corpus)
         _, bm25s_query = timed(lambda: index.search(queries, 3))
     rank, rank_build = timed(lambda: BM25Okapi(doc_tokens, k1=PARAMS["k1"], b=PARAMS["b"]))
@@ -88,7 +88,7 @@ def main() -> None:
     bm25 = open_index(default_index(corpus, "bm25"), corpus)
     dense = open_index(default_index(corpus, "dense"), corpus)
     with tempfile.TemporaryDirectory() as tmp:
-        _, lucene_build = timed(lambda: build_index(corpus, "lucene", Path(tmp) / "ix"))
+        _, lucene_build = timed(lambda: build_index(corpus.path, "lucene", Path(tmp) / "ix"))
         lucene, lucene_open = timed(lambda: open_index(Path(tmp) / "ix", corpus))
         lucene.search(queries[:16], 3)  # the JVM compiles its hot paths on first use
         _, lucene_query = timed(lambda: lucene.search(queries, 3))

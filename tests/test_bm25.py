@@ -24,7 +24,7 @@ def test_results_are_sorted_and_ties_break_by_corpus_order(tmp_path, monkeypatch
     rows = [{"id": f"p{i}", "contents": f'"Doc {i}"\nthe river flows'} for i in range(5)]
     rows.append({"id": "best", "contents": '"Rivers"\nthe river river flows to the sea river'})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    retriever = open_index(build_index(load_corpus(path), "bm25", tmp_path / "index"))
+    retriever = open_index(build_index(path, "bm25", tmp_path / "index"))
     [[first, *rest]] = retriever.search(["river"], 4)
     assert first.id == "best"
     assert [h.id for h in rest] == ["p0", "p1", "p2"]

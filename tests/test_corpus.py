@@ -1,8 +1,9 @@
 import gzip
+import hashlib
 
 import pytest
 
-from cfbench.harness.corpus import load_corpus
+from cfbench.harness.corpus import Passages, load_corpus
 from cfbench.harness.errors import CfbenchError
 
 
@@ -29,3 +30,26 @@ def test_bad_corpus_rows_name_file_and_line(tmp_path, content, message):
     path.write_bytes(content)
     with pytest.raises(CfbenchError, match=message):
         load_corpus(path)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+def test_a_streamed_corpus_hashes_and_reads_as_the_loaded_one(tmp_path, suffix):
+    """What a lucene build streams (wiki-18's path) is what load_corpus holds: the same passages, hash and count,
+    blank lines and a missing final newline included."""
+    text = b'{"id": "a", "contents": "\\"T1\\"\\nfirst"}\n\n{"id": 7, "title": "T2", "text": "second"}\r\n{"id": "c", "contents": "x"}'
+    path = tmp_path / f"c{suffix}"
+    path.write_bytes(gzip.compress(text) if suffix.endswith(".gz") else text)
+    passages = Passages(path)
+    streamed = list(passages)
+    corpus = load_corpus(path)
+    assert streamed == list(zip(corpus.ids, corpus.contents)) == [("a", '"T1"\nfirst'), ("7", '"T2"\nsecond'), ("c", "x")]
+    assert passages.sha256 == corpus.sha256 == hashlib.sha256(text).hexdigest() and passages.n == 3
+
+
+def test_a_streamed_corpus_names_its_bad_line(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(b'{"id": "a", "contents": "x"}\n{"id": "b"}\n')
+    with pytest.raises(CfbenchError, match=r"c.jsonl:2: missing field 'contents'"):
+        list(Passages(path))
+    with pytest.raises(CfbenchError, match=r"nothing.jsonl: file not found"):
+        list(Passages(tmp_path / "nothing.jsonl"))

@@ -74,7 +74,7 @@ def test_build_answerable_keeps_covered_questions_and_drops_answer_leaks(tmp_pat
     ]
     path = tmp_path / "corpus.jsonl"
     jsonl.write_jsonl(path, passages)
-    retriever = open_index(build_index(load_corpus(path), "bm25", tmp_path / "index"), load_corpus(path))
+    retriever = open_index(build_index(path, "bm25", tmp_path / "index"), load_corpus(path))
     rows = [
         {"source": "nq", "question": "what is the capital of france?", "golden_answers": ["Paris"]},
         {"source": "nq", "question": "where does the danube flow?", "golden_answers": ["Atlantic Ocean"]},

@@ -27,28 +27,28 @@ def test_manifest_records_what_was_built(tmp_path):
     corpus = load_corpus(
         write(tmp_path / "c.jsonl", [{"id": "a", "title": "Tee", "text": "alpha beta"}, {"id": "b", "contents": '"Uu"\ngamma'}])
     )
-    manifest = read_manifest(build_index(corpus, "bm25", tmp_path / "ix"))
+    manifest = read_manifest(build_index(corpus.path, "bm25", tmp_path / "ix"))
     assert manifest["kind"] == "bm25" and manifest["corpus"]["sha256"] == corpus.sha256 and manifest["corpus"]["n"] == 2
     assert manifest["params"]["k1"] == 0.9 and manifest["build_seconds"] >= 0
-    again = read_manifest(build_index(corpus, "bm25", tmp_path / "ix2"))
+    again = read_manifest(build_index(corpus.path, "bm25", tmp_path / "ix2"))
     assert again["index_sha256"] == manifest["index_sha256"]  # the hash ignores build time
 
 
 def test_bad_index_inputs_are_one_line_errors(tmp_path):
     with pytest.raises(CfbenchError, match="no indexable words"):
-        build_index(load_corpus(write(tmp_path / "e.jsonl", [{"id": "a", "contents": "x y"}])), "bm25", tmp_path / "ie")
+        build_index(write(tmp_path / "e.jsonl", [{"id": "a", "contents": "x y"}]), "bm25", tmp_path / "ie")
     corpus = load_corpus(write(tmp_path / "c.jsonl", [{"id": "a", "contents": "alpha beta"}]))
     with pytest.raises(CfbenchError, match="unknown index kind 'splade'; choose one of bm25, dense, lucene"):
-        build_index(corpus, "splade", tmp_path / "ix")
+        build_index(corpus.path, "splade", tmp_path / "ix")
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("keep me")
     with pytest.raises(CfbenchError, match="exists and is not an empty directory"):
-        build_index(corpus, "bm25", tmp_path / "full")
+        build_index(corpus.path, "bm25", tmp_path / "full")
     assert (tmp_path / "full" / "x").read_text() == "keep me"
     with pytest.raises(CfbenchError, match="is not an index directory"):
         open_index(tmp_path)
     other = load_corpus(write(tmp_path / "d.jsonl", [{"id": "a", "contents": "gamma delta"}]))
-    ix = build_index(corpus, "bm25", tmp_path / "ix")
+    ix = build_index(corpus.path, "bm25", tmp_path / "ix")
     with pytest.raises(CfbenchError, match="rebuild the index for this corpus"):
         open_index(ix, other)
     with pytest.raises(CfbenchError, match="none of bm25, dense, lucene, an index directory, an http"):
@@ -133,8 +133,8 @@ def test_index_build_cli(tmp_path):
 def test_hnsw_finds_what_flat_search_finds(tmp_path, monkeypatch, bundled_corpus):
     rows = [{"id": pid, "contents": text} for pid, text in list(zip(bundled_corpus.ids, bundled_corpus.contents))[:300]]
     corpus = load_corpus(write(tmp_path / "c.jsonl", rows))
-    flat = open_index(build_index(corpus, "dense", tmp_path / "flat"))
-    hnsw = open_index(build_index(corpus, "dense", tmp_path / "hnsw", hnsw_m=16))
+    flat = open_index(build_index(corpus.path, "dense", tmp_path / "flat"))
+    hnsw = open_index(build_index(corpus.path, "dense", tmp_path / "hnsw", hnsw_m=16))
     queries = [text.split("\n", 1)[1][:80] for text in corpus.contents[:20]]
     assert [h[0].id for h in hnsw.search(queries, 1)] == [h[0].id for h in flat.search(queries, 1)]
     assert hnsw.describe()["engine"] == "faiss HNSW"

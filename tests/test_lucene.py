@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow  # starts a JVM and indexes 21,456 passages (about
 @pytest.fixture(scope="module")
 def index_dir(bundled_corpus, tmp_path_factory):
     """Built here, never taken from a cache: the test indexes for real every time."""
-    return build_index(bundled_corpus, "lucene", tmp_path_factory.mktemp("lucene") / "ix")
+    return build_index(bundled_corpus.path, "lucene", tmp_path_factory.mktemp("lucene") / "ix")
 
 
 @pytest.fixture(scope="module")

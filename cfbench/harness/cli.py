@@ -234,11 +234,10 @@ def index_build(corpus, kind, encoder, hnsw_m, dtype, out) -> None:
     Example:
       cfbench index build --corpus passages.jsonl.gz --kind bm25 --out indexes/bm25
     """
-    from cfbench.harness.corpus import load_corpus
     from cfbench.harness.retrievers.index import build_index, read_manifest
 
     with one_line_errors():
-        build_index(load_corpus(corpus), kind, out, encoder=encoder, hnsw_m=hnsw_m, dtype=dtype)
+        build_index(corpus, kind, out, encoder=encoder, hnsw_m=hnsw_m, dtype=dtype)
         manifest = read_manifest(out)
         console.print(
             f"built {kind} index of {manifest['corpus']['n']} passages in {manifest['build_seconds']} s: {out}",

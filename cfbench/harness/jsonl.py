@@ -46,9 +46,11 @@ def read_verified(path: Path, expected: str) -> bytes:
     return data
 
 
-def iter_rows(path: Path, data: bytes) -> Iterator[tuple[int, dict]]:
-    """(line number, object) for every non-blank line; a bad line is a one-line error."""
-    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+def iter_rows(path: Path, data: bytes | Iterable[bytes]) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for every non-blank line of the file's content, or of its lines as they are read
+    (a file object opened in binary mode: nothing but the current line is held); a bad line is a one-line error."""
+    lines = data.split(b"\n") if isinstance(data, bytes) else data
+    for lineno, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
         try:

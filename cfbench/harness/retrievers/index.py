@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cfbench.harness.corpus import Corpus, load_corpus
+from cfbench.harness.corpus import Corpus, Passages, load_corpus
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import atomic_dir, sha256
 from cfbench.harness.paths import TASKS_DIR, cache_dir, cache_entry_lock, from_portable, portable
@@ -44,8 +44,11 @@ def index_hash(kind: str, corpus_sha: str, params: dict) -> str:
     return sha256(json.dumps({"format": FORMAT, "kind": kind, "corpus": corpus_sha, "params": params}, sort_keys=True).encode())
 
 
-def build_index(corpus: Corpus, kind: str, out: Path, *, encoder: str = "minilm", hnsw_m: int = 0, dtype: str = "float32") -> Path:
-    """Build into `out` (written aside, then moved into place whole); returns out."""
+def build_index(source: Path, kind: str, out: Path, *, encoder: str = "minilm", hnsw_m: int = 0, dtype: str = "float32") -> Path:
+    """Build an index of the corpus file `source` into `out` (written aside, then moved into place whole); returns out.
+
+    A lucene build streams the file (memory does not grow with the corpus: the wiki-18 path); bm25s and the dense
+    encoders need every passage at once, so those load it whole."""
     if kind not in KINDS:
         raise CfbenchError(f"unknown index kind {kind!r}; choose one of {', '.join(KINDS)}")
     if dtype not in ("float32", "float16"):
@@ -55,25 +58,30 @@ def build_index(corpus: Corpus, kind: str, out: Path, *, encoder: str = "minilm"
     params = _params(kind, encoder, hnsw_m, dtype)
     started = time.perf_counter()
     with atomic_dir(out) as tmp:
-        if kind == "bm25":
-            from cfbench.harness.retrievers.bm25 import build_bm25
-
-            build_bm25(corpus, tmp / "bm25s")
-        elif kind == "dense":
-            from cfbench.harness.retrievers.encoders import Encoder
-
-            embeddings = Encoder(encoder).encode(list(corpus.contents), query=False)
-            np.save(tmp / "embeddings.npy", embeddings.astype(dtype))
-        else:
+        if kind == "lucene":
             from cfbench.harness.retrievers.lucene import build_lucene
 
+            corpus = Passages(source)
             build_lucene(corpus, tmp / "lucene")
+            digest, n = corpus.sha256, corpus.n
+        else:
+            corpus = load_corpus(source)
+            digest, n = corpus.sha256, len(corpus.ids)
+            if kind == "bm25":
+                from cfbench.harness.retrievers.bm25 import build_bm25
+
+                build_bm25(corpus, tmp / "bm25s")
+            else:
+                from cfbench.harness.retrievers.encoders import Encoder
+
+                embeddings = Encoder(encoder).encode(list(corpus.contents), query=False)
+                np.save(tmp / "embeddings.npy", embeddings.astype(dtype))
         manifest = {
             "format": FORMAT,
             "kind": kind,
-            "corpus": {"path": portable(corpus.path), "sha256": corpus.sha256, "n": len(corpus.ids)},
+            "corpus": {"path": portable(source), "sha256": digest, "n": n},
             "params": params,
-            "index_sha256": index_hash(kind, corpus.sha256, params),
+            "index_sha256": index_hash(kind, digest, params),
             "build_seconds": round(time.perf_counter() - started, 3),
             "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
@@ -135,5 +143,5 @@ def default_index(corpus: Corpus, kind: str, encoder: str = "minilm") -> Path:
     with cache_entry_lock(target):
         if not (target / "manifest.json").is_file():
             shutil.rmtree(target, ignore_errors=True)
-            build_index(corpus, kind, target, encoder=encoder)
+            build_index(corpus.path, kind, target, encoder=encoder)
     return target

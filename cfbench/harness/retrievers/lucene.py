@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cfbench.harness.corpus import Corpus
+from cfbench.harness.corpus import Corpus, Passages
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import dumps
 from cfbench.harness.retrievers import Hit, local_index
@@ -116,13 +116,16 @@ def pyserini_lucene():
     return pyserini.search.lucene
 
 
-def build_lucene(corpus: Corpus, directory: Path) -> None:
-    """Pyserini's indexer (JsonCollection, raw documents stored) in a child process, which frees its JVM afterwards."""
+def build_lucene(source: Passages, directory: Path) -> None:
+    """Pyserini's indexer (JsonCollection, raw documents stored) in a child process, which frees its JVM afterwards.
+
+    The corpus is copied to the indexer's input a passage at a time and Lucene's indexer streams it, so memory
+    stays bounded whatever the corpus's size (a wiki-18-sized corpus is never held in memory)."""
     require_lucene()
     with tempfile.TemporaryDirectory() as docs:
         with open(Path(docs) / "docs.jsonl", "w", encoding="utf-8") as f:
-            for pid, contents in zip(corpus.ids, corpus.contents):
-                f.write(dumps({"id": pid, "contents": contents}) + "\n")  # streamed: a corpus can be GBs
+            for pid, contents in source:
+                f.write(dumps({"id": pid, "contents": contents}) + "\n")
         cmd = [
             sys.executable,
             "-m",
