@@ -172,25 +172,32 @@ def main() -> None:
             corpus = work / f"synthetic-{n}.jsonl"
             seconds = time.perf_counter()
             write_corpus(corpus, n, stats)
-            print(f"{n:>10} passages: corpus {corpus.stat().st_size / 1e9:.2f} GB written in {time.perf_counter() - seconds:.0f} s", flush=True)
+            seconds = time.perf_counter() - seconds
+            print(f"{n:>10} passages: corpus {corpus.stat().st_size / 1e9:.2f} GB written in {seconds:.0f} s", flush=True)
             for kind in args.kinds:
                 out = work / f"{kind}-{n}"
-                build_s, build_rss, _ = measured([sys.executable, "-m", "cfbench.cli", "index", "build", "--corpus", str(corpus), "--kind", kind, "--out", str(out)])
+                build = [sys.executable, "-m", "cfbench.cli", "index", "build", "--corpus", str(corpus), "--kind", kind, "--out", str(out)]
+                build_s, build_rss, _ = measured(build)
                 _, _, printed = measured([sys.executable, "-c", QUERY_PROCESS, str(out), json.dumps(queries)])
                 row = {"n": n, "build_s": build_s, "build_rss_gb": build_rss, "index_gb": directory_gb(out), **json.loads(printed)}
                 rows[kind].append(row)
-                print(f"           {kind}: {json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()})}", flush=True)
+                rounded = {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}
+                print(f"           {kind}: {json.dumps(rounded)}", flush=True)
                 subprocess.run(["rm", "-rf", str(out)], check=True)
             corpus.unlink()
     names = {"bm25": "bm25s", "lucene": "Lucene (pyserini)"}
     print()
-    print("| engine | passages | build s | build peak RSS GB | index GB | open s | RSS after open GB | batch 1 p50 / p99 ms | batch 32 p50 / p99 ms |")
+    print(
+        "| engine | passages | build s | build peak RSS GB | index GB | open s | RSS after open GB "
+        "| batch 1 p50 / p99 ms | batch 32 p50 / p99 ms |"
+    )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for kind, measured_rows in rows.items():
         for r in measured_rows:
             print(
                 f"| {names[kind]} | {r['n']:,} | {r['build_s']:.0f} | {r['build_rss_gb']:.2f} | {r['index_gb']:.2f} | {r['open_s']:.1f} | "
-                f"{r['rss_gb']:.2f} | {r['batch1_ms'][0]:.1f} / {r['batch1_ms'][1]:.1f} | {r['batch32_ms'][0]:.0f} / {r['batch32_ms'][1]:.0f} |"
+                f"{r['rss_gb']:.2f} | {r['batch1_ms'][0]:.1f} / {r['batch1_ms'][1]:.1f} | "
+                f"{r['batch32_ms'][0]:.0f} / {r['batch32_ms'][1]:.0f} |"
             )
         if len(measured_rows) >= 2:
             sizes = [r["n"] for r in measured_rows]
