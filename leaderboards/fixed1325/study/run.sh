@@ -9,11 +9,14 @@
 # trainings not yet finished. A training stopped midway must be committed with its latest checkpoint's
 # state/ (tens of MB per role), so start one only with about 2 hours of the sitting left.
 # Evaluations keep the Base row's engine: --linear torch, 2 threads (batch 32, an engine setting).
+# RECIPE=signal runs the same pieces for the recipe with signal (the cpu configs since issue 35) in study/signal/,
+# its evaluations into pending/ as smollm2-135m-signal-T; unset, the first cpu recipe's runs in study/ (all trained).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 export OMP_NUM_THREADS=2
-study=leaderboards/fixed1325/study
+study=leaderboards/fixed1325/study${RECIPE:+/$RECIPE}
 pending=leaderboards/fixed1325/pending
+tag=smollm2-135m${RECIPE:+-$RECIPE}
 
 finished() {  # a training run whose metrics reached its last scheduled step
   [ -f "$1/metrics.jsonl" ] && python3 - "$1" <<'EOF'
@@ -28,7 +31,7 @@ EOF
 
 evaluate() {  # fixed1325 of a finished training's last checkpoint, into pending/ until it is added to the leaderboard
   local t=$1
-  local out=$pending/smollm2-135m-$t
+  local out=$pending/$tag-$t
   finished "$study/$t" || return 0
   [ -f "$out/results.json" ] && return 0
   local last
@@ -53,7 +56,8 @@ replay() {  # the fixed-bank replay of the Dr. Zero run: every question its solv
 
 if [ $# -eq 0 ]; then
   set -- eval:dr-zero eval:msv eval:search-r1 eval:crossfit eval:msv-crossfit \
-    train:msv eval:msv train:crossfit eval:crossfit train:msv-crossfit eval:msv-crossfit train:search-r1 eval:search-r1 replay
+    train:search-r1 eval:search-r1 train:dr-zero eval:dr-zero train:crossfit eval:crossfit train:msv eval:msv \
+    train:msv-crossfit eval:msv-crossfit replay
 fi
 for piece in "$@"; do
   case $piece in
