@@ -17,6 +17,8 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
+
 STUDY = Path(__file__).resolve().parents[1]
 RUNS = {"first cpu recipe": STUDY / "search-r1", "recipe with signal (pilot)": STUDY / "pilots" / "search-r1-cpu"}
 STEPS = 20
@@ -34,12 +36,11 @@ def summary(run: Path) -> dict:
     per_step = []
     for s in steps:
         rows = _jsonl(run / "rollouts" / f"step-{s}.jsonl")
-        groups: dict[str, set[float]] = {}
-        for r in rows:
-            groups.setdefault(r["id"].rsplit("#", 1)[0], set()).add(r["reward"])
+        groups = {g: {r["reward"] for r in members} for g, members in _members(rows).items()}
         per_step.append(
             {
                 "step": s,
+                "group_rewards": [sum(r["reward"] for r in v) / len(v) for v in _members(rows).values()],
                 "rollouts": len(rows),
                 "rewarded": sum(r["reward"] > 0 for r in rows),
                 "reward": sum(r["reward"] for r in rows) / len(rows),
@@ -53,6 +54,32 @@ def summary(run: Path) -> dict:
             }
         )
     return {"config": config, "steps": per_step}
+
+
+def _members(rows: list[dict]) -> dict[str, list[dict]]:
+    """A step's rollouts by prompt group (the question id before '#k')."""
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(r["id"].rsplit("#", 1)[0], []).append(r)
+    return groups
+
+
+def fifths(steps: list[dict], draws: int = 10_000) -> str:
+    """Mean reward over the first and the last fifth of the steps, and their difference with a 95% interval from a
+    bootstrap that resamples prompt groups within each fifth (a group's samples share a question, so they are not
+    independent draws), seeded."""
+    k = len(steps) // 5
+    if k == 0:
+        return "-"
+    first = np.array([g for st in steps[:k] for g in st["group_rewards"]])
+    last = np.array([g for st in steps[-k:] for g in st["group_rewards"]])
+    rng = np.random.default_rng(0)
+    diffs = rng.choice(last, (draws, len(last))).mean(1) - rng.choice(first, (draws, len(first))).mean(1)
+    lo, hi = np.percentile(diffs, [2.5, 97.5])
+    return (
+        f"steps {steps[0]['step']}-{steps[k - 1]['step']}: {first.mean():.3f}; steps {steps[-k]['step']}-{steps[-1]['step']}: "
+        f"{last.mean():.3f}; difference {last.mean() - first.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]"
+    )
 
 
 def _total(steps: list[dict], key: str) -> float:
@@ -92,6 +119,9 @@ def section() -> str:
             f"{sum(bool(s['stepped']) for s in st)} / {n} | {_total(st, 'answered') / rollouts:.2f} | "
             f"{_total(st, 'searches') / rollouts:.2f} | {_total(st, 'wall') / n:.0f} | {_total(st, 'cpu') / n:.0f} |"
         )
+    lines += ["", "Mean reward, first fifth of the steps vs last fifth (95% bootstrap interval of the difference, prompt groups"]
+    lines += ["resampled within each fifth, 10,000 draws, seed 0):", ""]
+    lines += [f"- {name}: {fifths(run['steps'])}" for name, run in runs.items()]
     lines += ["", "Per step (mean reward; groups with signal of the step's groups):", ""]
     names = list(runs)
     lines.append("| step | " + " | ".join(names) + " |")
