@@ -223,6 +223,7 @@ def checks(loaded: dict) -> str:
     vs_dz = stats.paired(sr1.rows, drzero.rows)["avg7"]["cover_em"]
     vs_untrained = stats.paired(warm.rows, untrained.rows)["avg7"]["cover_em"]
     answered = {t: sum(bool(x.get("prediction")) for x in loaded[t].trajectories) / len(loaded[t].trajectories) for t in loaded}
+    invalid = {t: loaded[t].results["stats"]["invalid_turns_per_question"] for t in loaded}
     crossfit = [json.loads(line) for line in (STUDY / "crossfit" / "metrics.jsonl").read_text().splitlines() if line.strip()]
     steps = [m for m in crossfit if 40 <= m["step"] <= 43]
     bank = json.loads((STUDY / "replay" / "replay.json").read_text())
@@ -246,6 +247,12 @@ def checks(loaded: dict) -> str:
                 [
                     "questions answered: Search-R1, warm start",
                     f"{100 * answered['Search-R1']:.1f}%, {100 * answered['Base (warm start)']:.1f}%",
+                ]
+            ),
+            row(
+                [
+                    "invalid turns a question: Search-R1, warm start",
+                    f"{invalid['Search-R1']:.2f}, {invalid['Base (warm start)']:.2f}",
                 ]
             ),
             row(
