@@ -44,6 +44,7 @@ def test_a_streamed_corpus_hashes_and_reads_as_the_loaded_one(tmp_path, suffix):
     corpus = load_corpus(path)
     assert streamed == list(zip(corpus.ids, corpus.contents)) == [("a", '"T1"\nfirst'), ("7", '"T2"\nsecond'), ("c", "x")]
     assert passages.sha256 == corpus.sha256 == hashlib.sha256(text).hexdigest() and passages.n == 3
+    assert list(passages) == streamed and passages.n == 3  # a second pass reads the file again, counting afresh
 
 
 def test_a_streamed_corpus_names_its_bad_line(tmp_path):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from cfbench.harness import jsonl
@@ -29,32 +29,25 @@ class Corpus:
     contents: tuple[str, ...]
 
 
-@dataclass
 class Passages:
-    """A corpus file read as a stream: iterate for (id, contents); afterwards `sha256` (of the decompressed
-    bytes, as Corpus.sha256) and `n` describe the whole file."""
+    """A corpus file read as a stream: iterate for (id, contents); after a whole pass `sha256` (of the decompressed
+    bytes, as Corpus.sha256) and `n` describe the file."""
 
-    path: Path
-    sha256: str = ""
-    n: int = 0
-    _digest: object = field(default_factory=hashlib.sha256, repr=False)
+    def __init__(self, path: Path) -> None:
+        self.path, self.sha256, self.n = path, "", 0
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
         if not self.path.is_file():
             raise CfbenchError(f"{self.path}: file not found")
+        digest, n = hashlib.sha256(), 0
         opener = gzip.open if self.path.suffix == ".gz" else open
         with opener(self.path, "rb") as f:
-            for lineno, row in jsonl.iter_rows(self.path, self._hashed(f)):
+            for lineno, row in jsonl.iter_rows(self.path, _hashed(f, digest)):
                 yield _passage(self.path, lineno, row)
-                self.n += 1
-        if not self.n:
+                n += 1
+        if not n:
             raise CfbenchError(f"{self.path}: the corpus has no passages")
-        self.sha256 = self._digest.hexdigest()
-
-    def _hashed(self, lines) -> Iterator[bytes]:
-        for line in lines:
-            self._digest.update(line)
-            yield line.rstrip(b"\n")
+        self.sha256, self.n = digest.hexdigest(), n
 
 
 def load_corpus(path: Path = BUNDLED_CORPUS) -> Corpus:
@@ -76,6 +69,13 @@ def _passage(path: Path, lineno: int, row: dict) -> tuple[str, str]:
     if isinstance(row.get("title"), str) and isinstance(row.get("text"), str):
         return str(pid), f'"{row["title"]}"\n{row["text"]}'
     raise CfbenchError(f"{path}:{lineno}: missing field 'contents' (rows need id + contents, or id + title + text)")
+
+
+def _hashed(lines, digest) -> Iterator[bytes]:
+    """Each line without its newline, every byte read added to `digest`."""
+    for line in lines:
+        digest.update(line)
+        yield line.rstrip(b"\n")
 
 
 def split_contents(contents: str) -> tuple[str, str]:
