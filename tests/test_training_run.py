@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 
 from cfbench.cli import main
 from cfbench.harness.checkpoints import resolve
+from cfbench.harness.runrecord import lock_directory, unlock_directory
 from cfbench.training.config.classes import SearchR1Config
 from cfbench.training.config.schema import parse, to_json
 from cfbench.training.treatments import load_config
@@ -290,3 +291,19 @@ def test_out_of_range_knobs(key, value, message):
     data = to_json(load_config("search-r1", "cpu-smoke")) | {key: value}
     with pytest.raises(CfbenchError, match=re.escape(f"configs/search-r1.cpu-smoke.json: {message}")):
         parse(SearchR1Config, data, "configs/search-r1.cpu-smoke.json")
+
+
+def test_a_run_being_trained_is_refused_to_a_second_writer(tmp_path):
+    """One writer at a time, as for an eval's run directory: while a process holds the run's lock, `train --resume`
+    there is a one-line refusal naming it, and writes nothing."""
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / "config.json").write_text(json.dumps(to_json(load_config("base", "cpu-smoke"))))
+    before = (held / "config.json").read_bytes()
+    fd = lock_directory(held)
+    try:
+        code, lines = train_cli("--treatment", "base", "--scale", "cpu-smoke", "--out", str(held), "--resume")
+    finally:
+        unlock_directory(held, fd)
+    assert code == 2 and len(lines) == 1 and f"{held} is being written by process {os.getpid()}" in lines[0], lines
+    assert (held / "config.json").read_bytes() == before and sorted(p.name for p in held.iterdir()) == ["config.json"]

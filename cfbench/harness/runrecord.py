@@ -82,6 +82,43 @@ def check_out(out: Path, resume: bool) -> None:
         raise CfbenchError(f"--out {out}: {existing} is not writable here (permissions or a read-only file system); choose another --out")
 
 
+def lock_directory(path: Path) -> int:
+    """Take the advisory lock of a directory one process writes at a time (an eval's run directory, a training run),
+    holding the writer's PID in its `.lock`; returns the descriptor to pass to `unlock_directory`. A second writer is
+    refused with a one-line error naming the holder, before it writes anything.
+
+    fcntl.flock rather than the filelock package: the refusal names the holder's PID, which the holder writes into
+    the file it locks, and filelock neither records nor reports one. The file is removed on unlock; a writer that
+    locked a file removed meanwhile (its inode is no longer the path's) tries again."""
+    lock = path / LOCK
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise CfbenchError(
+                f"{path} is being written by process {holder}; wait for it to end (or stop it) before writing "
+                "this run again, or choose another --out"
+            ) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def unlock_directory(path: Path, fd: int) -> None:
+    (path / LOCK).unlink(missing_ok=True)
+    os.close(fd)
+
+
 class RunDir:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -102,37 +139,12 @@ class RunDir:
             raise
 
     def _take_lock(self) -> None:
-        """fcntl.flock rather than the filelock package: the refusal names the holder's PID, which the holder writes into
-        the file it locks, and filelock neither records nor reports one. The file is removed on close; a writer that
-        locked a file removed meanwhile (its inode is no longer the path's) tries again."""
-        path = self.path / LOCK
-        while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
-                os.close(fd)
-                raise CfbenchError(
-                    f"{self.path} is being written by process {holder}; wait for it to end (or stop it) before writing "
-                    "this run again, or choose another --out"
-                ) from None
-            try:
-                same = os.fstat(fd).st_ino == os.stat(path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._lock = fd
+        self._lock = lock_directory(self.path)
 
     def close(self) -> None:
         """Release the directory's lock (the process's end releases it too)."""
         if self._lock is not None:
-            (self.path / LOCK).unlink(missing_ok=True)
-            os.close(self._lock)
+            unlock_directory(self.path, self._lock)
             self._lock = None
 
     def _open(self, config: dict, resume: bool) -> dict[str, dict]:

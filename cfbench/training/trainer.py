@@ -37,6 +37,7 @@ from cfbench.harness.backends.tokens import PromptTokens
 from cfbench.harness.checkpoints import TRAIN_RECORD, check_available, load_model, resolve
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.jsonl import dumps, write_atomic, write_jsonl
+from cfbench.harness.runrecord import lock_directory, unlock_directory
 from cfbench.training.config.classes import BaseConfig, SearchR1Config, SelfEvolutionConfig, TrainingConfig, read_run_config
 from cfbench.training.config.schema import to_json
 from cfbench.training.core.episodes import rollout_episode
@@ -112,17 +113,24 @@ def train(
             f"x objective.updates_per_batch ({config.objective.updates_per_batch}), so each process's mini-batches hold whole groups"
         )
     accelerator.wait_for_everyone()
+    lock = None
     if accelerator.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
-        write_atomic(out / "config.json", dumps(to_json(config)) + "\n")
-        drop_partial_saves(out)
-    if isinstance(config, BaseConfig):
-        return _save_base(config, out) if accelerator.is_main_process else out / "checkpoint-0"
-    if isinstance(config, SelfEvolutionConfig):
-        from cfbench.training.selfevolve.run import self_evolve
+        lock = lock_directory(out)  # one writer at a time: a second `train --resume` here is refused before it writes
+    try:
+        if accelerator.is_main_process:
+            write_atomic(out / "config.json", dumps(to_json(config)) + "\n")
+            drop_partial_saves(out)
+        if isinstance(config, BaseConfig):
+            return _save_base(config, out) if accelerator.is_main_process else out / "checkpoint-0"
+        if isinstance(config, SelfEvolutionConfig):
+            from cfbench.training.selfevolve.run import self_evolve
 
-        return self_evolve(config, out, start, resume, accelerator, on_step, proposer_engine)
-    return _search_r1(config, out, start, accelerator, on_step)
+            return self_evolve(config, out, start, resume, accelerator, on_step, proposer_engine)
+        return _search_r1(config, out, start, accelerator, on_step)
+    finally:
+        if lock is not None:
+            unlock_directory(out, lock)
 
 
 def _search_r1(config: SearchR1Config, out: Path, start: int, accelerator, on_step: Callable[[dict], None]) -> Path:
