@@ -18,13 +18,13 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import time
 from pathlib import Path
 
 import torch
 from transformers import AutoConfig
 
+from cfbench.harness.agent import shared_prefix
 from cfbench.harness.backends.tokens import PromptTokens
 from cfbench.harness.checkpoints import resolve
 from cfbench.harness.protocol import user_prompt
@@ -56,7 +56,7 @@ def main() -> None:
     kv_bytes = layers * 2 * kv_heads * head_dim * 4  # float32 K and V of one position
 
     rows = [json.loads(line) for line in gzip.open(args.run / "trajectories.jsonl.gz", "rt")]
-    shared = len(tokens.encode(os.path.commonprefix([tokens.chat_prompt(user_prompt(q)) for q in ("a", "b")])))
+    shared = len(tokens.encode(shared_prefix(tokens)))  # PromptTokens has the chat_prompt shared_prefix reads
     prefill = generated = context_sum = 0
     for row in rows:
         context = len(tokens.encode(tokens.chat_prompt(user_prompt(row["question"]))))
