@@ -99,6 +99,10 @@ def test_the_warm_start_builder_on_the_fixture(tmp_path):
         assert all(t["generated"].endswith("</search>") and t["observation"].startswith("\n\n<information>") for t in searches)
         if row["role"] == "solver":
             assert any(f" {normalize(row['answer'])} " in f" {normalize(t['observation'])} " for t in searches), row["id"]
+    proposer = jsonl(tmp_path / "train" / "warmstart-proposer.jsonl.gz")
+    by_id = {r["id"]: r for r in trajectories if r["role"] == "proposer"}  # the proposer rows above, and the compositions
+    assert {r["id"]: r for r in proposer if r["kind"] != "compose-2"} == by_id
+    assert manifest["train"]["warmstart-proposer"]["n"] == len(proposer)
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +140,6 @@ def test_the_original_sources_rebuild_the_shipped_suites_byte_for_byte(sources, 
 def test_the_original_training_sources_rebuild_the_warm_start_data_byte_for_byte(sources, tmp_path):
     build("cfbench.tasks.build_warmstart", sources / "train_sources", tmp_path)
     manifest = json.loads((TASKS_DIR / "manifest.json").read_text())
-    for kind, name in (("corpus", "train-sources"), ("train", "warmstart")):
+    for kind, name in (("corpus", "train-sources"), ("train", "warmstart"), ("train", "warmstart-proposer")):
         spec = manifest[kind][name]
         assert (tmp_path / spec["file"]).read_bytes() == (TASKS_DIR / spec["file"]).read_bytes(), spec["file"]

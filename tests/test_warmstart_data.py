@@ -3,12 +3,15 @@
 import gzip
 import hashlib
 import json
+import re
 
 import pytest
 
 from cfbench.harness.metrics import normalize
 from cfbench.harness.paths import TASKS_DIR
 from cfbench.tasks.build_warmstart import contamination, evaluation_side
+from cfbench.tasks.compose_two_hop import compose
+from cfbench.training.selfevolve.proposer import parse
 
 MANIFEST = json.loads((TASKS_DIR / "manifest.json").read_text())
 
@@ -27,7 +30,7 @@ def trajectories():
     return _rows(MANIFEST["train"]["warmstart"])
 
 
-@pytest.mark.parametrize("entry", [("corpus", "train-sources"), ("train", "warmstart")])
+@pytest.mark.parametrize("entry", [("corpus", "train-sources"), ("train", "warmstart"), ("train", "warmstart-proposer")])
 def test_shipped_files_match_their_manifest_hash(entry):
     spec = MANIFEST[entry[0]][entry[1]]
     assert hashlib.sha256(gzip.decompress((TASKS_DIR / spec["file"]).read_bytes())).hexdigest() == spec["sha256"]
@@ -75,3 +78,30 @@ def test_solver_trajectories_are_grounded_and_follow_protocol_v1(trajectories):
 def test_evaluation_side_sees_every_suite_question():
     questions, titles, _ = evaluation_side()
     assert len(questions) >= 28_000 and len(titles) > 1_000
+
+
+def test_composition_replaces_the_bridge_entity_by_what_the_first_question_asks():
+    q1 = "What was Chopin's most likely cause of death?"
+    assert compose(q1, "tuberculosis", "What bacterium causes tuberculosis infection?", "Tuberculosis") == (
+        "What bacterium causes Chopin's most likely cause of death infection?"
+    )
+    assert compose("Where did he live at 21?", "Paris", "What is the population of Paris?", "Paris") == (
+        "X is the answer to: Where did he live at 21? What is the population of X?"
+    )
+    assert compose(q1, "tuberculosis", "What causes a cough?", "Tuberculosis") is None  # q2 must name the bridge
+    assert compose("Which city is Paris?", "Paris", "Who founded Paris?", "Paris").startswith("X is the answer to:")  # q1 names it
+
+
+def test_the_proposer_data_are_strict_2_hop_proposals_with_a_label_from_the_found_passage():
+    rows = _rows(MANIFEST["train"]["warmstart-proposer"])
+    assert {r["role"] for r in rows} == {"proposer"} and len([r for r in rows if r["kind"] == "compose-2"]) >= 300
+    assert contamination([], rows) == []
+    for row in rows:
+        turns = [{"generated": t["generated"], "action": "search" if t["observation"] else "answer"} for t in row["turns"]]
+        proposal = parse(turns, len(turns))
+        assert not proposal.error and proposal.answer == row["answer"], row["id"]
+        if row["kind"] != "propose-1":  # the label is a span of what the search found
+            assert f" {normalize(row['answer'])} " in f" {normalize(row['turns'][0]['observation'])} ", row["id"]
+        if row["kind"] == "compose-2":  # and a composition does not name what it searched: the bridge is the first hop
+            searched = re.search(r"<search> (.*) </search>", row["turns"][0]["generated"]).group(1)
+            assert f" {normalize(searched)} " not in f" {normalize(proposal.question)} ", row["id"]

@@ -22,6 +22,9 @@ Outputs (hash-pinned in manifest.json under "corpus.train-sources" and "train.wa
     searches the bridge entity and finds the answer;
   - `propose-1` / `propose-2`: the self-evolution proposer's prompt on a source passage, then (for
     2 hops) one search, then `<question>` + `<answer>` from a real (passage, question, answer) triple.
+- train/warmstart-proposer.jsonl.gz: the data of the proposer warm start (`cfbench train --treatment
+  warm-start-proposer`): the proposer rows above and `compose-2`, 2-hop proposals composed from two
+  SQuAD questions whose label is a span of the passage the search found (compose_two_hop.py).
 
 Why hand-written: the trajectories must be byte-identical to what cfbench's own agent loop would
 record (its prompt, observation format and truncation), which no dataset library produces.
@@ -41,6 +44,8 @@ from pathlib import Path
 
 from cfbench.harness.metrics import normalize
 from cfbench.harness.protocol import Knobs, observation, user_prompt
+from cfbench.tasks import compose_two_hop
+from cfbench.tasks.trajectory_rows import PROPOSER_SEARCH, PROPOSER_TWO_HOP, contains, passage_title, trajectory_row
 
 HERE = Path(__file__).resolve().parent
 SEED = 1325
@@ -49,6 +54,7 @@ MAX_OVERLAP = 0.2
 # How many trajectories of each kind to keep (all candidates are shuffled with SEED first).
 QUOTA = {"single": 1200, "reformulate": 400, "two-hop": 300, "propose-1": 400, "propose-2": 150}
 MAX_ANSWER_WORDS = 6
+OWNED_TRAIN = ("warmstart", "warmstart-proposer")  # the manifest's training-set entries this builder writes
 
 
 def _gzip_jsonl(rows: list[dict]) -> tuple[bytes, str]:
@@ -63,10 +69,6 @@ def _shingles(text: str) -> set[bytes]:
     words = normalize(text).split()
     grams = (" ".join(words[i : i + SHINGLE]).encode() for i in range(max(0, len(words) - SHINGLE + 1)))
     return {hashlib.blake2b(g, digest_size=8).digest() for g in grams}
-
-
-def _title(contents: str) -> str:
-    return contents.split("\n", 1)[0].strip().strip('"')
 
 
 def evaluation_side() -> tuple[set[str], set[str], set[bytes]]:
@@ -84,7 +86,7 @@ def evaluation_side() -> tuple[set[str], set[str], set[bytes]]:
     for line in gzip.open(HERE / "corpus" / "bundled.jsonl.gz", "rt", encoding="utf-8"):
         row = json.loads(line)
         if row["id"] in evidence:
-            titles.add(normalize(_title(row["contents"])))
+            titles.add(normalize(passage_title(row["contents"])))
         shingles |= _shingles(row["contents"].split("\n", 1)[-1])
     return questions, titles, shingles
 
@@ -153,8 +155,8 @@ def contamination(corpus: list[dict], trajectories: list[dict]) -> list[str]:
     eval_questions, eval_titles, eval_shingles = evaluation_side()
     found = []
     for row in corpus:
-        if normalize(_title(row["contents"])) in eval_titles:
-            found.append(f"{row['id']}: title {_title(row['contents'])!r} is an evaluation evidence title")
+        if normalize(passage_title(row["contents"])) in eval_titles:
+            found.append(f"{row['id']}: title {passage_title(row['contents'])!r} is an evaluation evidence title")
         sh = _shingles(row["contents"].split("\n", 1)[-1])
         if sh and len(sh & eval_shingles) / len(sh) > MAX_OVERLAP:
             found.append(f"{row['id']}: overlaps an evaluation passage")
@@ -168,10 +170,6 @@ def contamination(corpus: list[dict], trajectories: list[dict]) -> list[str]:
             asked = re.findall(r"Question: (.*)\n", text) + re.findall(r"<question>(.*?)</question>", text, re.DOTALL)
             found += [f"{row['id']}: asks evaluation question {q.strip()!r}" for q in asked if normalize(q) in eval_questions]
     return found
-
-
-def _contains(passage: str, answer: str) -> bool:
-    return f" {normalize(answer)} " in f" {normalize(passage)} "
 
 
 def _query(question: str) -> str:
@@ -192,14 +190,14 @@ class Synth:
 
 def _answer_turn(hits, answer: str) -> str | None:
     for i, hit in enumerate(hits, start=1):
-        if _contains(hit.contents, answer):
-            return f"<think> Doc {i} ({_title(hit.contents)}) gives the answer. </think>\n<answer> {answer} </answer>"
+        if contains(hit.contents, answer):
+            return f"<think> Doc {i} ({passage_title(hit.contents)}) gives the answer. </think>\n<answer> {answer} </answer>"
     return None
 
 
 def _visible(obs: str, answer: str) -> bool:
     """The answer survives the observation cut (a truncated block may lose the passage holding it)."""
-    return _contains(obs, answer)
+    return contains(obs, answer)
 
 
 def solver_trajectories(synth: Synth, qa: list[tuple[str, dict]]) -> list[dict]:
@@ -211,8 +209,10 @@ def solver_trajectories(synth: Synth, qa: list[tuple[str, dict]]) -> list[dict]:
         turn = _answer_turn(hits, answer) if _visible(obs, answer) else None
         search = f"<think> I need to look this up. </think>\n<search> {_query(q['question'])} </search>"
         if turn:
-            out.append(_row(q["id"], "solver", "single", "squad", user_prompt(q["question"]), [(search, obs), (turn, "")], answer))
-        elif not any(_contains(h.contents, answer) for h in hits):
+            out.append(
+                trajectory_row(q["id"], "solver", "single", "squad", user_prompt(q["question"]), [(search, obs), (turn, "")], answer)
+            )
+        elif not any(contains(h.contents, answer) for h in hits):
             retry.append((title, q, search, obs))
     second = synth.search([f"{title} {_query(q['question'])}" for title, q, _, _ in retry])
     for (title, q, search, obs), (hits2, obs2) in zip(retry, second):
@@ -224,7 +224,7 @@ def solver_trajectories(synth: Synth, qa: list[tuple[str, dict]]) -> list[dict]:
                 f"</think>\n<search> {title} {_query(q['question'])} </search>"
             )
             out.append(
-                _row(
+                trajectory_row(
                     q["id"],
                     "solver",
                     "reformulate",
@@ -243,11 +243,11 @@ def two_hop_trajectories(synth: Synth, bridge: list[dict]) -> list[dict]:
     keep = []
     for q, (hits, obs) in zip(bridge, first):
         answer = q["answers"][0]
-        holding = [e for e in q["evidence_ids"] if _contains(synth.by_id[e]["contents"], answer)]
+        holding = [e for e in q["evidence_ids"] if contains(synth.by_id[e]["contents"], answer)]
         if not holding:
             continue
-        entity = _title(synth.by_id[holding[-1]]["contents"])
-        if _contains(obs, answer) or not _contains(obs, entity) or _contains(q["question"], entity):
+        entity = passage_title(synth.by_id[holding[-1]]["contents"])
+        if contains(obs, answer) or not contains(obs, entity) or contains(q["question"], entity):
             continue
         keep.append((q, hits, obs, entity))
     second = synth.search([f"{entity} {_query(q['question'])}" for q, _, _, entity in keep])
@@ -265,7 +265,7 @@ def two_hop_trajectories(synth: Synth, bridge: list[dict]) -> list[dict]:
                 ),
                 (turn, ""),
             ]
-            out.append(_row(q["id"], "solver", "two-hop", "hotpotqa-ecm", user_prompt(q["question"]), turns, answer))
+            out.append(trajectory_row(q["id"], "solver", "two-hop", "hotpotqa-ecm", user_prompt(q["question"]), turns, answer))
     return out
 
 
@@ -282,26 +282,25 @@ def proposer_trajectories(synth: Synth, one_hop: list[tuple[dict, dict]], bridge
         turns = [(gen, "")]
         if not parse([{"generated": gen, "action": "answer"}], 1).error:
             out.append(
-                _row(q["id"], "proposer", "propose-1", "squad", prompt(Task(q["id"], passage["id"], passage["contents"], 1)), turns, answer)
+                trajectory_row(
+                    q["id"], "proposer", "propose-1", "squad", prompt(Task(q["id"], passage["id"], passage["contents"], 1)), turns, answer
+                )
             )
     sources = [(q, synth.by_id[q["evidence_ids"][0]], synth.by_id[q["evidence_ids"][-1]]) for q in bridge]
-    found = synth.search([_title(target["contents"]) for _, _, target in sources])
+    found = synth.search([passage_title(target["contents"]) for _, _, target in sources])
     for (q, source, target), (hits, obs) in zip(sources, found):
         answer = q["answers"][0]
-        entity = _title(target["contents"])
-        if source is target or not _contains(source["contents"], entity) or not _visible(obs, answer):
+        entity = passage_title(target["contents"])
+        if source is target or not contains(source["contents"], entity) or not _visible(obs, answer):
             continue
         if target["id"] not in {h.id for h in hits}:
             continue
-        search = f"<think> The document mentions {entity}. Let me search for it. </think>\n<search> {entity} </search>"
-        gen = (
-            f"<think> Now I can ask a question that needs both documents. </think>\n<question> {q['question']} </question>\n"
-            f"<answer> {answer} </answer>"
-        )
+        search = PROPOSER_SEARCH.format(entity=entity)
+        gen = PROPOSER_TWO_HOP.format(question=q["question"], answer=answer)
         turns = [{"generated": search, "action": "search"}, {"generated": gen, "action": "answer"}]
         if not parse(turns, 2).error:
             out.append(
-                _row(
+                trajectory_row(
                     q["id"],
                     "proposer",
                     "propose-2",
@@ -312,18 +311,6 @@ def proposer_trajectories(synth: Synth, one_hop: list[tuple[dict, dict]], bridge
                 )
             )
     return out
-
-
-def _row(qid: str, role: str, kind: str, source: str, prompt_text: str, turns: list[tuple[str, str]], answer: str) -> dict:
-    return {
-        "id": f"{kind}:{qid}",
-        "role": role,
-        "kind": kind,
-        "source": source,
-        "prompt": prompt_text,
-        "turns": [{"generated": g, "observation": o} for g, o in turns],
-        "answer": answer,
-    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -344,7 +331,7 @@ def main(argv: list[str] | None = None) -> None:
 
     synth = Synth(corpus, retriever_for("bm25", corpus_path), PromptTokens.load("smollm2-135m"), Knobs())
     rng = random.Random(SEED)
-    squad_qa = [(_title(p["contents"]), q, p) for p in corpus if p["id"].startswith("squad-") for q in p["qa"]]
+    squad_qa = [(passage_title(p["contents"]), q, p) for p in corpus if p["id"].startswith("squad-") for q in p["qa"]]
     rng.shuffle(squad_qa)
     short = [(t, q, p) for t, q, p in squad_qa if len(q["answers"][0].split()) <= MAX_ANSWER_WORDS]
     solver_pool = short[: 4 * (QUOTA["single"] + QUOTA["reformulate"])]
@@ -361,6 +348,11 @@ def main(argv: list[str] | None = None) -> None:
     data_path = args.out / "train" / "warmstart.jsonl.gz"
     data_path.parent.mkdir(parents=True, exist_ok=True)
     data_path.write_bytes(data)
+    # the proposer warm start's data: the proposer rows above and the 2-hop compositions (compose_two_hop.py)
+    proposer = [r for r in kept if r["role"] == "proposer"] + compose_two_hop.trajectories(synth, corpus)
+    random.Random(SEED).shuffle(proposer)
+    proposer_data, proposer_sha = _gzip_jsonl(proposer)
+    (args.out / "train" / "warmstart-proposer.jsonl.gz").write_bytes(proposer_data)
 
     manifest_path = args.out / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
@@ -379,8 +371,15 @@ def main(argv: list[str] | None = None) -> None:
         "candidates_per_kind": {k: len(by_kind.get(k, [])) for k in QUOTA},
         "seed": SEED,
     }
+    manifest["train"]["warmstart-proposer"] = {
+        "file": "train/warmstart-proposer.jsonl.gz",
+        "sha256": proposer_sha,
+        "n": len(proposer),
+        "per_kind": dict(sorted(Counter(r["kind"] for r in proposer).items())),
+        "seed": SEED,
+    }
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")  # build_data.py writes it the same way
-    print(json.dumps({"corpus": manifest["corpus"]["train-sources"], "warmstart": manifest["train"]["warmstart"]}, indent=2))
+    print(json.dumps({"corpus": manifest["corpus"]["train-sources"]} | {k: manifest["train"][k] for k in OWNED_TRAIN}, indent=2))
 
 
 if __name__ == "__main__":
