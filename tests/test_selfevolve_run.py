@@ -13,8 +13,10 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import torch
 
 from cfbench.harness.protocol import cut_at_stop
 from cfbench.training.core.answers import matches
@@ -247,3 +249,36 @@ def test_audit_and_cost_of_the_crossfit_run(crossfit_run, tmp_path):
     assert all(m["cpu_s"] > 0 for m in metrics) and cost["cpu_hours"] == sum(m["cpu_s"] for m in metrics) / 3600
     # generations per step: the proposer's, then 5 scoring answers per admitted question, and training answers of solvers that did not score
     assert all(m["generations"] >= m["tasks"] + 5 * m["admitted"] for m in metrics)
+
+
+def test_the_proposer_starts_from_proposer_model_and_resumes_from_it(tmp_path, tokens, tiny_llama):
+    """knob proposer_model: the proposer's adapter is trained over (and records) its own start, every solver's over the
+    run's model; a resumed run rebuilds each role over its own start, and the weights under the adapters are those starts."""
+    from safetensors.torch import load_file
+    from transformers import LlamaForCausalLM
+
+    from cfbench.harness.checkpoints import resolve
+
+    other = tmp_path / "other-start"
+    with torch.random.fork_rng():
+        torch.manual_seed(1)
+        model = LlamaForCausalLM.from_pretrained(tiny_llama)
+        for p in model.parameters():
+            p.data.add_(torch.randn_like(p) * 0.02)
+        model.save_pretrained(other)
+    shutil.copy(tiny_llama / "tokenizer.json", other)
+    for name in ("tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"):
+        if (tiny_llama / name).is_file():
+            shutil.copy(tiny_llama / name, other)
+    lora = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
+    out = tmp_path / "dr-zero"
+    settings = {"model": str(tiny_llama), "proposer_model": str(other), "lora": lora}
+    train(config("dr-zero", 1, 1) | settings, out, proposer_engine=scripted(tokens))
+    train(config("dr-zero", 2, 1) | settings, out, resume=True, proposer_engine=scripted(tokens))
+    last = out / "checkpoint-2"
+    for role, start in (("proposer", other), ("", tiny_llama)):
+        assert json.loads((last / role / "adapter_config.json").read_text())["base_model_name_or_path"] == str(start)
+        merged = load_file(Path(resolve(str(last / role)).location) / "model.safetensors")
+        embed = load_file(start / "model.safetensors")["model.embed_tokens.weight"]
+        assert torch.equal(merged["model.embed_tokens.weight"], embed), role  # not an adapted module: the start's own weights
+    assert not torch.equal(load_file(other / "model.safetensors")["model.embed_tokens.weight"], embed)  # the check tells them apart

@@ -26,7 +26,8 @@ SCALES = sorted({scale for treatment in TREATMENTS for scale in scales(treatment
     "--treatment",
     type=click.Choice(list(TREATMENTS)),
     required=True,
-    help="What to train (training/treatments.py; warm-start makes the bundled smollm2-135m-search).",
+    help="What to train (training/treatments.py; warm-start makes the bundled smollm2-135m-search, warm-start-proposer "
+    "the self-evolution proposer's smollm2-135m-propose).",
 )
 @click.option(
     "--scale",
@@ -81,7 +82,8 @@ SCALES = sorted({scale for treatment in TREATMENTS for scale in scales(treatment
     "--export-adapter",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="warm-start: when training ends, copy the adapter and its manifest here (e.g. cfbench/models/smollm2-135m-search).",
+    help="warm-start, warm-start-proposer: when training ends, copy the adapter and its manifest here (e.g. "
+    "cfbench/models/smollm2-135m-search).",
 )
 def train_cmd(
     treatment,
@@ -116,7 +118,7 @@ def train_cmd(
     import torch
     from accelerate import PartialState
 
-    from cfbench.training.config.classes import RLConfig
+    from cfbench.training.config.classes import RLConfig, WarmStartConfig
     from cfbench.training.core.learner import end_processes
     from cfbench.training.trainer import train
     from cfbench.training.treatments import load_config
@@ -158,11 +160,11 @@ def train_cmd(
             return launch(config, out, gpus)
         if out is None:
             raise click.UsageError("Missing option '--out'.")
-        if treatment == "warm-start":
+        if isinstance(config, WarmStartConfig):
             _warm_start(config, out, resume, export_adapter)
             return end_processes()  # a warm start under torchrun ends as a GRPO run does
         if export_adapter is not None:
-            raise CfbenchError(f"--export-adapter applies to --treatment warm-start, not {treatment!r}")
+            raise CfbenchError(f"--export-adapter applies to the warm starts (warm-start, warm-start-proposer), not {treatment!r}")
 
         live = {"reward": "", "signal": "", "updated": ""}
         quiet = not PartialState().is_main_process

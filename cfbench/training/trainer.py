@@ -141,7 +141,8 @@ def _search_r1(config: SearchR1Config, out: Path, start: int, accelerator, on_st
     world, rank, main = accelerator.num_processes, accelerator.process_index, accelerator.is_main_process
     if main:
         (out / "rollouts").mkdir(exist_ok=True)
-    ckpt, tokenizer, roles, reference = start_roles(config, out, start, accelerator, {"main": config.steps})
+    starts, tokenizer, roles, references = start_roles(config, out, start, accelerator, {"main": config.steps})
+    ckpt, reference = starts["main"], references["main"]
     policy = roles["main"]
     served = AdapterSync(config.rollout_server, out) if config.rollout_server else None
 

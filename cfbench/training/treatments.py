@@ -15,7 +15,7 @@ from pathlib import Path
 
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.paths import shown
-from cfbench.training.config.classes import SELF_EVOLUTION, TREATMENT_CONFIGS, SelfEvolutionConfig, TrainingConfig
+from cfbench.training.config.classes import SELF_EVOLUTION, TREATMENT_CONFIGS, SelfEvolutionConfig, TrainingConfig, WarmStartConfig
 from cfbench.training.config.schema import parse, read_json
 from cfbench.training.selfevolve.sources import refuse_eval_corpus
 
@@ -28,6 +28,7 @@ TREATMENTS = {
     "crossfit": "Dr. Zero with fold-split auxiliary solvers scoring the other fold's questions",
     "msv-crossfit": "MSV admission and CrossFit scoring together",
     "warm-start": "supervised fine-tuning (LoRA) on protocol-v1 trajectories synthesised from training data",
+    "warm-start-proposer": "the warm start continued on proposer trajectories with 2-hop compositions: the self-evolution proposer's start",
 }
 __all__ = ["CONFIGS", "SELF_EVOLUTION", "TREATMENTS", "config_file", "load_config", "scales"]
 
@@ -75,8 +76,8 @@ def load_config(
             "--control, --aux-budget, --corpus and --allow-eval-corpus apply to the self-evolution treatments "
             f"({', '.join(SELF_EVOLUTION)}), not {treatment!r}"
         )
-    if steps is not None and treatment == "warm-start":
-        raise CfbenchError("--steps does not apply to warm-start: its length is the config's mix x epochs")
+    if steps is not None and isinstance(config, WarmStartConfig):
+        raise CfbenchError(f"--steps does not apply to {treatment}: its length is the config's mix x epochs")
     if steps is not None:
         changes["steps"] = steps
     if save_every is not None and treatment != "base":

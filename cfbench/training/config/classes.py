@@ -105,6 +105,15 @@ class WarmStartConfig(TrainingConfig):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ProposerWarmStartConfig(WarmStartConfig):
+    """The proposer's own warm start: the same SFT, continued from the warm start on proposer trajectories
+    (knob data: warmstart-proposer, with the 2-hop compositions), so 2-hop proposals parse; it makes the
+    bundled `smollm2-135m-propose`, which the self-evolution configs name as proposer_model."""
+
+    TREATMENT = "warm-start-proposer"
+
+
+@dataclass(frozen=True, kw_only=True)
 class RLConfig(TrainingConfig):
     """The GRPO treatments: AdamW with a constant learning rate after a linear warmup, clipping at max_grad_norm.
     warmup_ratio (verl's lr_warmup_steps_ratio) sets the warmup as a share of a role's updates when
@@ -165,6 +174,10 @@ class RLConfig(TrainingConfig):
         """Scheduler steps of linear warmup for a role that takes `updates` steps in the run (verl rounds the ratio down)."""
         return self.warmup_steps or int(self.warmup_ratio * updates)
 
+    def start_model(self, role: str) -> str:
+        """The model role `role` starts from (core/learner.py start_roles)."""
+        return self.model
+
 
 @dataclass(frozen=True, kw_only=True)
 class SearchR1Config(RLConfig):
@@ -208,6 +221,8 @@ class SelfEvolutionConfig(RLConfig):
     msv: bool | None = knob(or_absent(FLAG), None, omit_default=True)
     crossfit: bool | None = knob(or_absent(FLAG), None, omit_default=True)
     allow_eval_corpus: bool = knob(FLAG, False, omit_default=True)  # absent (not false) otherwise: older runs resume
+    # the proposer's own starting model (the bundled smollm2-135m-propose at cpu scale); absent: model, as runs before it
+    proposer_model: str | None = knob(or_absent(TEXT), None, omit_default=True)
 
     @property
     def scheduled_steps(self) -> int:
@@ -224,11 +239,19 @@ class SelfEvolutionConfig(RLConfig):
         super().check()
         if self.steps is not None and self.steps > self.scheduled_steps:
             raise KnobError("steps", f"at most rounds x (proposer_steps + solver_steps) = {self.scheduled_steps}", self.steps)
+        if self.proposer_model and self.rollout_server:
+            raise CfbenchError(
+                f"knob proposer_model {self.proposer_model!r}: a rollout server serves every role's adapter over the one model it "
+                "loaded; remove rollout_server or proposer_model"
+            )
         if self.crossfit is False and (self.control != "none" or self.aux_budget != "full"):
             raise CfbenchError(
                 f"control {self.control!r} and aux_budget {self.aux_budget!r} need auxiliary solvers: "
                 "use them with crossfit or msv-crossfit"
             )
+
+    def start_model(self, role: str) -> str:
+        return self.proposer_model if role == "proposer" and self.proposer_model else self.model
 
     def updates_of(self, role: str) -> int:
         """Optimizer-schedule steps role `role` takes in the whole schedule (its warmup is a share of them)."""
@@ -243,6 +266,7 @@ TREATMENT_CONFIGS: dict[str, type[TrainingConfig]] = {
     "base": BaseConfig,
     "search-r1": SearchR1Config,
     "warm-start": WarmStartConfig,
+    "warm-start-proposer": ProposerWarmStartConfig,
     **dict.fromkeys(SELF_EVOLUTION, SelfEvolutionConfig),
 }
 

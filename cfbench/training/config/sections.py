@@ -74,6 +74,7 @@ class Mix(Checked):
     two_hop: int | str | None = knob(_COUNT, None, omit_default=True, key="two-hop")
     propose_1: int | str | None = knob(_COUNT, None, omit_default=True, key="propose-1")
     propose_2: int | str | None = knob(_COUNT, None, omit_default=True, key="propose-2")
+    compose_2: int | str | None = knob(_COUNT, None, omit_default=True, key="compose-2")
 
     def check(self) -> None:
         if not self.counts():

@@ -82,16 +82,19 @@ class Learner:
     sampler: object | None = None  # a sharded role's full-weight copy that its rollouts decode from (core/sharding.py)
 
 
-def learner(config: RLConfig, base: str | Path, accelerator, updates: int, saved: Path | None = None, sampler=None) -> Learner:
+def learner(
+    config: RLConfig, base: str | Path, accelerator, updates: int, saved: Path | None = None, sampler=None, base_name: str | None = None
+) -> Learner:
     """A role starting from the HF model at `base` (a directory or hub id), or continuing `saved` (a role a
     checkpoint holds: an HF model, or with config.lora the LoRA adapter trained over `base`); it takes
     `updates` schedule steps in the whole run (its warmup may be a share of them: RLConfig.warmup).
-    A sharded role samples from `sampler`, another role's full copy, when one is given (core/sharding.py)."""
+    A sharded role samples from `sampler`, another role's full copy, when one is given (core/sharding.py).
+    `base_name` is what a fresh adapter records as its base (default: config.model)."""
     from transformers import AutoModelForCausalLM, get_constant_schedule_with_warmup
 
     model = load_model(AutoModelForCausalLM, saved if saved and not config.lora else base, torch.float32)
     if config.lora:
-        model = _with_adapter(model, config, saved)
+        model = _with_adapter(model, config, saved, base_name or config.model)
     if config.gradient_checkpointing:  # only in train mode: the role's sampler (eval mode) decodes with its K/V cache as usual
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if config.sharding:
@@ -104,10 +107,10 @@ def learner(config: RLConfig, base: str | Path, accelerator, updates: int, saved
     return Learner(*accelerator.prepare(model, optimizer, scheduler))
 
 
-def _with_adapter(model, config: RLConfig, saved: Path | None):
+def _with_adapter(model, config: RLConfig, saved: Path | None, base_name: str):
     """peft's LoRA over the frozen base: a fresh adapter (seeded by the run's torch seed), or the saved one continued.
 
-    The adapter records the config's model name as its base (not this machine's cache path), so
+    The adapter records its starting model's name as its base (not this machine's cache path), so
     `cfbench eval --ckpt` of a checkpoint finds the base anywhere (harness/checkpoints.py).
     """
     from peft import LoraConfig, PeftModel, get_peft_model
@@ -119,32 +122,35 @@ def _with_adapter(model, config: RLConfig, saved: Path | None):
         r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules), task_type="CAUSAL_LM"
     )
     model = get_peft_model(model, settings)
-    model.peft_config["default"].base_model_name_or_path = config.model
+    model.peft_config["default"].base_model_name_or_path = base_name
     return model
 
 
 def start_roles(
     config: RLConfig, out: Path, start: int, accelerator, updates: dict[str, int]
-) -> tuple[ResolvedCheckpoint, object, dict, object]:
-    """(starting checkpoint, tokenizer, roles, KL reference) of a run at `start`: every role (`updates`: name ->
-    its scheduled updates; "main" is the main policy) from the starting model or checkpoint-`start`, with
-    its optimizer, scheduler and RNG restored, and the run's metrics cut back to `start`."""
+) -> tuple[dict[str, ResolvedCheckpoint], object, dict, dict]:
+    """(each role's starting checkpoint, tokenizer, roles, each role's KL reference) of a run at `start`: every
+    role (`updates`: name -> its scheduled updates; "main" is the main policy) from its starting model
+    (config.start_model) or checkpoint-`start`, with its optimizer, scheduler and RNG restored, and the run's
+    metrics cut back to `start`. Roles with the same starting model share one KL reference."""
     from transformers import AutoTokenizer
 
     torch.manual_seed(config.seed)  # a fresh LoRA adapter's initial weights come from it
-    ckpt = resolve(config.model)
-    tokenizer = AutoTokenizer.from_pretrained(ckpt.location)
+    starts = {name: resolve(config.start_model(name)) for name in updates}
+    tokenizer = AutoTokenizer.from_pretrained(starts["main"].location)
     roles: dict[str, Learner] = {}
     for name, n in updates.items():  # sharded roles share one sampler copy (core/sharding.py)
         shared = next(iter(roles.values())).sampler if roles else None
-        roles[name] = learner(config, ckpt.location, accelerator, n, resume_from(out, start, name), shared)
-    reference = reference_model(config, ckpt.location, accelerator)
+        location = starts[name].location
+        roles[name] = learner(config, location, accelerator, n, resume_from(out, start, name), shared, config.start_model(name))
+    by_start = {location: reference_model(config, location, accelerator) for location in dict.fromkeys(c.location for c in starts.values())}
+    references = {name: by_start[starts[name].location] for name in updates}
     check_space(accelerator, roles, out)
     if start:
         restore(accelerator, out / f"checkpoint-{start}", roles)
     if accelerator.is_main_process:
         keep_rows_before(out / "metrics.jsonl", start)
-    return ckpt, tokenizer, roles, reference
+    return starts, tokenizer, roles, references
 
 
 def sampler(

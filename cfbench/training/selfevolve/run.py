@@ -95,8 +95,8 @@ def self_evolve(
     folds = pool_folds(corpus, pool, out, True, tasks_per_round)
     solver_names = crossfit.solvers(config.crossfit, config.control)
     names = ["main", "proposer", *solver_names[1:]]
-    # every role starts from the same weights, so one KL reference serves them all
-    ckpt, tokenizer, roles, reference = start_roles(config, out, start, accelerator, {name: config.updates_of(name) for name in names})
+    # every role starts from the run's model, the proposer from proposer_model when the config names one
+    starts, tokenizer, roles, references = start_roles(config, out, start, accelerator, {name: config.updates_of(name) for name in names})
     tokens = PromptTokens(tokenizer)
     provenance = crossfit.Provenance([*solver_names, "proposer"])  # the proposer's too: it writes the labels of Dr. Zero and CrossFit
     if start:
@@ -120,14 +120,18 @@ def self_evolve(
     for step in range(start + 1, config.steps + 1):
         began, began_cpu = time.time(), time.process_time()
         # a sharded role's sampler copy is shared by every role and refreshed before each of its rollouts (ready_to_sample)
-        engines = {name: sampler(accelerator, roles[name], tokens, ckpt, config, step, name, served, False) for name in solver_names}
+        engines = {
+            name: sampler(accelerator, roles[name], tokens, starts[name], config, step, name, served, False) for name in solver_names
+        }
         scripted = proposer_engine(step) if proposer_engine else None
-        engines["proposer"] = scripted or sampler(accelerator, roles["proposer"], tokens, ckpt, config, step, "proposer", served, False)
+        engines["proposer"] = scripted or sampler(
+            accelerator, roles["proposer"], tokens, starts["proposer"], config, step, "proposer", served, False
+        )
         state = loop.rollouts(
             step, tasks_for_step(corpus, pool, step, config.prompts_per_step, config.seed, config.hop_weights), folds, engines
         )
         rolled = time.time()
-        loop.updates(state, engines, lambda name, episodes: update(roles[name], accelerator, episodes, config, pad, reference))
+        loop.updates(state, engines, lambda name, episodes: update(roles[name], accelerator, episodes, config, pad, references[name]))
         updated = time.time()
         row = state.metrics(rolled - began, updated - rolled, device)
         row["cpu_s"] = _cpu_seconds(accelerator, time.process_time() - began_cpu)  # every thread's; a paused run adds none
