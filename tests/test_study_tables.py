@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +64,16 @@ def test_the_committed_judge_agreement_is_what_compare_judges_gives(monkeypatch)
     result = CliRunner().invoke(main, ["audit", "compare-judges", *runs, "--judge", "reference", "--judge", "sheet:llm-annotators"])
     assert result.exit_code == 0, result.stderr
     assert result.stdout == (REPO / study / "audit-sheet" / "reference-vs-sheet.md").read_text(encoding="utf-8")
+
+
+def test_the_pilot_sections_are_what_their_scripts_write_from_the_records():
+    """STUDY.md's pilot tables (Search-R1 and CrossFit: compare.py; the proposer's start: proposer_probe.py) are the
+    scripts' output on the committed records, verbatim."""
+    pilots = REPO / "leaderboards" / "fixed1325" / "study" / "pilots"
+    text = (REPO / "leaderboards" / "fixed1325" / "STUDY.md").read_text(encoding="utf-8")
+    for command in (["compare.py", "--print"], ["proposer_probe.py", "table", "--print"]):
+        result = subprocess.run([sys.executable, *command], cwd=pilots, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        sections = re.findall(r"<!-- [^>]*: begin .*?<!-- [^>]*: end -->", result.stdout, flags=re.DOTALL)
+        assert len(sections) == (2 if command[0] == "compare.py" else 1)
+        assert all(section in text for section in sections), command

@@ -105,3 +105,18 @@ def test_the_proposer_data_are_strict_2_hop_proposals_with_a_label_from_the_foun
         if row["kind"] == "compose-2":  # and a composition does not name what it searched: the bridge is the first hop
             searched = re.search(r"<search> (.*) </search>", row["turns"][0]["generated"]).group(1)
             assert f" {normalize(searched)} " not in f" {normalize(proposal.question)} ", row["id"]
+
+
+def test_no_source_of_the_cpu_self_evolution_pool_is_a_source_of_the_proposer_data():
+    """The proposer warm start never saw the passages self-evolution.cpu proposes from, so what it proposes there
+    (the proposer pilot of STUDY.md, and every run) is not recalled from its supervised data."""
+    from cfbench.harness.corpus import load_corpus
+    from cfbench.training.selfevolve.sources import corpus_path, source_pool
+    from cfbench.training.treatments import load_config
+
+    config = load_config("dr-zero", "cpu")
+    corpus = load_corpus(corpus_path(config))
+    pool = [corpus.contents[j] for j in source_pool(corpus, config.source_pool, config.seed)]
+    prompts = [r["prompt"] for r in _rows(MANIFEST["train"]["warmstart-proposer"])]
+    assert len(pool) == 43 and not [c for c in pool if any(c.partition("\n")[2] in p for p in prompts)]
+    assert any(c.partition("\n")[2] in prompts[0] for c in corpus.contents)  # the check finds a source that is there

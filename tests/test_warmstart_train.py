@@ -137,3 +137,20 @@ def test_cpu_smoke_twice_gives_byte_identical_adapters_and_the_cli_exports_one(t
     assert again == first and (first / "adapter_model.safetensors").read_bytes() == (dest / "adapter_model.safetensors").read_bytes()
     segments = [json.loads(line) for line in (tmp_path / "a" / "segments.jsonl").read_text().splitlines()]
     assert [(s["from_step"], s["to_step"]) for s in segments] == [(0, 2), (2, 2)]
+
+
+@pytest.mark.slow
+def test_the_proposer_warm_start_continues_the_warm_start_and_its_adapter_stacks_on_it(tmp_path):
+    """cpu-smoke of warm-start-proposer: a second adapter over the merged smollm2-135m-search, trained on the proposer data
+    (compose-2 included); resolving the adapter merges it onto that model, itself the base with the first adapter merged."""
+    config = load_config("warm-start-proposer", "cpu-smoke")
+    adapter = warm_start(config, tmp_path / "run", command="test")
+    assert json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"] == "smollm2-135m-search"
+    manifest = json.loads((adapter / "manifest.json").read_text())
+    assert manifest["examples_per_kind"] == {"compose-2": 2, "propose-1": 1, "propose-2": 1}
+    assert manifest["base_weights_sha256"] == resolve("smollm2-135m-search").weights_sha256
+    merged, start = resolve(str(adapter)), resolve("smollm2-135m-search")
+    assert merged.weights_sha256 != start.weights_sha256
+    mine, theirs = (load_file(f"{c.location}/model.safetensors") for c in (merged, start))
+    assert torch.equal(mine["model.embed_tokens.weight"], theirs["model.embed_tokens.weight"])  # not adapted: the start's own
+    assert not torch.equal(mine["model.layers.0.self_attn.q_proj.weight"], theirs["model.layers.0.self_attn.q_proj.weight"])
