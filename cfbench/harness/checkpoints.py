@@ -65,12 +65,16 @@ BUNDLED = {
 
 @dataclass(frozen=True)
 class Adapter:
-    base: str  # a BUNDLED name
+    base: str  # a BUNDLED name, or an ADAPTED one (its adapter merged first)
     directory: Path  # adapter_config.json + adapter_model.safetensors (+ the manifest of how they were trained)
 
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
-ADAPTED = {"smollm2-135m-search": Adapter(base="smollm2-135m", directory=MODELS_DIR / "smollm2-135m-search")}
+ADAPTED = {
+    "smollm2-135m-search": Adapter(base="smollm2-135m", directory=MODELS_DIR / "smollm2-135m-search"),
+    # the self-evolution proposer's start at 135M: the warm start continued on proposer trajectories (warm-start-proposer)
+    "smollm2-135m-propose": Adapter(base="smollm2-135m-search", directory=MODELS_DIR / "smollm2-135m-propose"),
+}
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 SOURCE = "cfbench_source.json"
 TRAIN_RECORD = "cfbench_train.json"  # what `cfbench train` writes into every checkpoint: its step and the run's config
