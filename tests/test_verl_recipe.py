@@ -57,6 +57,9 @@ def test_self_evolution_roles_carry_dr_zeros_optimiser():
         assert actor["optim"]["lr_warmup_steps"] == int(0.03 * role["trainer"]["total_training_steps"])
         assert role["actor_rollout_ref"]["rollout"]["n"] == (1 if name == "proposer" else 5)  # the proposer: one sample per task
     assert [r["trainer"]["total_training_steps"] for r in roles.values()] == [3 * 18, 3 * 25, 3 * 25, 3 * 25]
+    assert {r["actor_rollout_ref"]["model"]["path"] for r in roles.values()} == {"Qwen/Qwen3.5-4B"}
+    own = verl_configs(load_config("crossfit", "paper") | {"proposer_model": "/ckpt/proposer-start"}, OUT, 8)
+    assert [r["actor_rollout_ref"]["model"]["path"] for r in own.values()] == ["/ckpt/proposer-start", *["Qwen/Qwen3.5-4B"] * 3]
 
 
 def test_dotlist_is_hydras_command_line_form():

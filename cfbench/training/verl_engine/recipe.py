@@ -116,7 +116,7 @@ def _role_config(config: RLConfig, role: str, updates: int, out: Path, gpus: int
         "actor_rollout_ref": {
             "hybrid_engine": True,
             "model": {
-                "path": config.model,
+                "path": config.start_model(role),
                 "enable_gradient_checkpointing": config.gradient_checkpointing,
                 "use_remove_padding": True,
                 # logprob_chunk: log-probs without the whole [tokens, vocabulary] logits (a 248k vocabulary's are the
