@@ -166,6 +166,7 @@ def self_evolution_summary(run: Path) -> list[dict]:
                 "tasks": len(rows),
                 "candidates": sum(not r["parse_error"] for r in rows),
                 "admitted": sum(bool(r["admitted"]) for r in rows),
+                "mixed": sum(bool(r["admitted"]) and 0 < r["k"] < len(r["solver_responses"]) for r in rows),
                 "groups": len(groups) if proposer else 0,
                 "signal": sum(len(v) > 1 for v in groups.values()) if proposer else 0,
                 "solver_signal": None if proposer or "signal_by_role" not in m else m["signal_by_role"].get("main", 0.0),  # 0: no update
@@ -180,14 +181,15 @@ def self_evolution_section() -> str:
     lines = [
         SE_BEGIN,
         "",
-        "| recipe | steps (proposer + solver) | tasks a step | proposals parsed | admitted | proposer groups with signal (95% CI) | "
-        "proposer steps with a group with signal | solver steps whose main-solver update had signal | wall s / step | CPU s / step |",
-        "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
+        "| recipe | steps (proposer + solver) | tasks a step | proposals parsed | admitted | admitted that some of the scorer's answers "
+        "match (0 < k < 5) | proposer groups with signal (95% CI) | proposer steps with a group with signal | solver steps whose "
+        "main-solver update had signal | wall s / step | CPU s / step |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
     ]
     for name, path in SELF_EVOLUTION_RUNS.items():
         st = self_evolution_summary(path)
         if not st:
-            lines.append(f"| {name} | 0 | | | | | | | | |")
+            lines.append(f"| {name} | 0 | | | | | | | | | |")
             continue
         prop, solv = [x for x in st if x["phase"] == "proposer"], [x for x in st if x["phase"] != "proposer"]
         tasks = _total(st, "tasks")
@@ -195,7 +197,8 @@ def self_evolution_section() -> str:
         solver = f"{sum(x['solver_signal'] > 0 for x in recorded)} / {len(solv)}" if recorded else "not recorded"
         lines.append(
             f"| {name} | {len(st)} ({len(prop)} + {len(solv)}) | {tasks / len(st):.0f} | {_total(st, 'candidates'):.0f} / {tasks:.0f} | "
-            f"{_total(st, 'admitted'):.0f} / {tasks:.0f} | {share_ci(int(_total(prop, 'signal')), int(_total(prop, 'groups')))} | "
+            f"{_total(st, 'admitted'):.0f} / {tasks:.0f} | {_total(st, 'mixed'):.0f} | "
+            f"{share_ci(int(_total(prop, 'signal')), int(_total(prop, 'groups')))} | "
             f"{sum(x['signal'] > 0 for x in prop)} / {len(prop)} | {solver} | {_total(st, 'wall') / len(st):.0f} | "
             f"{_total(st, 'cpu') / len(st):.0f} |"
         )
