@@ -2,7 +2,7 @@
 
     python -m cfbench.tasks.build_warmstart --sources ../shared/data/train_sources
 
-Outputs (hash-pinned in manifest.json under "corpus.train-sources" and "train.warmstart"):
+Outputs (hash-pinned in manifest.json under "corpus.train-sources", "train.warmstart" and "train.warmstart-proposer"):
 - corpus/train-sources.jsonl.gz: SQuAD v1.1 train paragraphs and HotpotQA train (ECM 500) evidence
   sentences as `{"id", "contents", "qa"}` passages (`contents` is `"Title"\\ntext`, `qa` the gold
   questions asked about the passage), minus everything that touches the evaluation: a paragraph whose
