@@ -62,7 +62,7 @@ def test_closed_sets_are_choices_refused_with_the_valid_values(args, option, val
 
 def test_train_choices_list_every_treatment_and_scale():
     text = _help("train")
-    assert "[base|search-r1|dr-zero|msv|crossfit|msv-crossfit|warm-start]" in text and "[cpu|cpu-smoke|paper]" in text
+    assert "[base|search-r1|dr-zero|msv|crossfit|msv-crossfit|warm-start|warm-start-proposer]" in text and "[cpu|cpu-smoke|paper]" in text
 
 
 def test_eval_options_are_grouped_by_what_they_configure():

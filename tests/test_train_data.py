@@ -62,7 +62,7 @@ def test_a_user_file_with_and_without_source(tmp_path):
 
 
 def test_unknown_spec_names_the_bundled_sets():
-    listed = r"\(search-r1, warmstart, search-r1-answerable\)"
+    listed = r"\(search-r1, warmstart, search-r1-answerable, warmstart-proposer\)"
     with pytest.raises(CfbenchError, match=rf"unknown training set 'search-r2': not a bundled set {listed}"):
         load_train_set("search-r2")
 

@@ -14,7 +14,13 @@ from cfbench.training.config.schema import config_text, parse, to_json
 from cfbench.training.trainer import check_config
 from cfbench.training.treatments import CONFIGS, config_file, load_config
 
-FAMILY = {"base": "base", "search-r1": "search-r1", "self-evolution": "dr-zero", "warm-start": "warm-start"}
+FAMILY = {
+    "base": "base",
+    "search-r1": "search-r1",
+    "self-evolution": "dr-zero",
+    "warm-start": "warm-start",
+    "warm-start-proposer": "warm-start-proposer",
+}
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.json")), ids=lambda p: p.name)
