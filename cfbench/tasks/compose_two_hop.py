@@ -61,32 +61,37 @@ def candidates(corpus: list[dict]) -> list[tuple[dict, dict, str]]:
 
 def trajectories(synth, corpus: list[dict]) -> list[dict]:
     """One compose-2 trajectory per usable q1, each q2 used at most once (so labels do not repeat)."""
-    from cfbench.training.selfevolve.proposer import parse, prompt
-    from cfbench.training.selfevolve.sources import Task
-
     found = candidates(corpus)
     searched = synth.search([entity for _, _, entity in found])
     used: set[str] = set()
     out = []
     for (source, q1, entity), (hits, obs) in zip(found, searched):
-        for hit in hits:
-            if passage_title(hit.contents) != entity or hit.id not in synth.by_id:
-                continue
-            for q2 in synth.by_id[hit.id]["qa"]:
-                answer = q2["answers"][0]
-                if q2["id"] in used or len(answer.split()) > MAX_ANSWER_WORDS or not contains(obs, answer):
-                    continue
-                question = compose(q1["question"], q1["answers"][0], q2["question"], entity)
-                if question is None or contains(question, entity) or contains(question, answer):
-                    continue
-                turns = [(PROPOSER_SEARCH.format(entity=entity), obs), (PROPOSER_TWO_HOP.format(question=question, answer=answer), "")]
-                if parse([{"generated": turns[0][0], "action": "search"}, {"generated": turns[1][0], "action": "answer"}], 2).error:
-                    continue
+        pairs = ((q2, compose(q1["question"], q1["answers"][0], q2["question"], entity)) for q2 in _found_questions(synth, hits, entity))
+        for q2, question in pairs:
+            row = _trajectory(source, q1, q2, question, entity, obs) if q2["id"] not in used and question else None
+            if row is not None:
                 used.add(q2["id"])
-                task = Task(f"{q1['id']}+{q2['id']}", source["id"], source["contents"], 2)
-                out.append(trajectory_row(task.id, "proposer", "compose-2", "squad", prompt(task), turns, answer))
+                out.append(row)
                 break
-            else:
-                continue
-            break
     return out
+
+
+def _found_questions(synth, hits, entity: str) -> list[dict]:
+    """The questions asked about the hits that are paragraphs of the searched article."""
+    return [q for hit in hits if passage_title(hit.contents) == entity and hit.id in synth.by_id for q in synth.by_id[hit.id]["qa"]]
+
+
+def _trajectory(source: dict, q1: dict, q2: dict, question: str, entity: str, obs: str) -> dict | None:
+    """The proposer's search and proposal, or None when the label is long or not in the observation, or the proposal
+    names the searched entity or does not parse strictly as a 2-hop proposal."""
+    from cfbench.training.selfevolve.proposer import parse, prompt
+    from cfbench.training.selfevolve.sources import Task
+
+    answer = q2["answers"][0]
+    if len(answer.split()) > MAX_ANSWER_WORDS or not contains(obs, answer) or contains(question, entity):
+        return None
+    turns = [(PROPOSER_SEARCH.format(entity=entity), obs), (PROPOSER_TWO_HOP.format(question=question, answer=answer), "")]
+    if parse([{"generated": turns[0][0], "action": "search"}, {"generated": turns[1][0], "action": "answer"}], 2).error:
+        return None  # the parse also refuses an answer that appears in the question
+    task = Task(f"{q1['id']}+{q2['id']}", source["id"], source["contents"], 2)
+    return trajectory_row(task.id, "proposer", "compose-2", "squad", prompt(task), turns, answer)

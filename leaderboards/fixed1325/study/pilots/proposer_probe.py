@@ -37,9 +37,9 @@ def sample(model: str, out: Path) -> None:
     from cfbench.harness.backends.tokens import PromptTokens
     from cfbench.harness.checkpoints import load_model, resolve
     from cfbench.harness.corpus import load_corpus
-    from cfbench.harness.metrics import normalize
     from cfbench.harness.retrievers.choose import retriever_for
     from cfbench.harness.suite import Question
+    from cfbench.tasks.trajectory_rows import contains
     from cfbench.training.core.rollouts import rollouts
     from cfbench.training.selfevolve import proposer
     from cfbench.training.selfevolve.sources import Task, corpus_path, source_pool
@@ -70,7 +70,7 @@ def sample(model: str, out: Path) -> None:
                     "question": p.question,
                     "answer": p.answer,
                     "parse_error": p.error,
-                    "label_in_sources": bool(p.answer) and f" {normalize(p.answer)} " in f" {normalize(seen)} ",
+                    "label_in_sources": bool(p.answer) and contains(seen, p.answer),
                     "turns": tr.turns,
                 }
             )
