@@ -111,3 +111,11 @@ def test_the_cpu_recipe_is_one_with_signal(treatment):
     assert config.warmup(config.steps or 75) == 0
     if treatment == "search-r1":
         assert config.train_set == "search-r1-answerable"
+
+
+def test_a_proposer_model_that_cannot_be_loaded_is_refused_before_the_run_directory_is_made(tmp_path):
+    config = load_config("dr-zero", "cpu-smoke") | {"proposer_model": str(tmp_path / "no-such-start")}
+    with pytest.raises(CfbenchError, match=r"checkpoint '.*no-such-start' not found: no such directory"):
+        check_config(config, tmp_path / "run", resume=False)
+    assert not (tmp_path / "run").exists()
+    check_config(config | {"proposer_model": "smollm2-135m-propose"}, tmp_path / "run", resume=False)  # a bundled start passes

@@ -60,7 +60,8 @@ RESUMABLE = {"steps", "save_every", "note", "rollout_server"}  # none changes a 
 
 def check_config(config: TrainingConfig, out: Path, resume: bool) -> None:
     """Check the run directory against the config, writing nothing: a new run needs an empty --out, a resumed one the same knobs."""
-    check_available(config.model)  # a model that cannot be loaded is refused before the run directory is made
+    for model in config.start_models():  # a model that cannot be loaded is refused before the run directory is made
+        check_available(model)
     saved = out / "config.json"
     if not resume:
         if out.exists() and any(out.iterdir()):

@@ -66,6 +66,10 @@ class TrainingConfig(Checked):
     def check(self) -> None:
         self.check_treatment()
 
+    def start_models(self) -> tuple[str, ...]:
+        """Every model the run starts a role from (each is checked loadable before the run directory is made)."""
+        return (self.model,)
+
     def check_treatment(self) -> None:
         if self.treatment != self.TREATMENT:
             raise KnobError("treatment", repr(self.TREATMENT), self.treatment)
@@ -252,6 +256,9 @@ class SelfEvolutionConfig(RLConfig):
 
     def start_model(self, role: str) -> str:
         return self.proposer_model if role == "proposer" and self.proposer_model else self.model
+
+    def start_models(self) -> tuple[str, ...]:
+        return (self.model, self.proposer_model) if self.proposer_model else (self.model,)
 
     def updates_of(self, role: str) -> int:
         """Optimizer-schedule steps role `role` takes in the whole schedule (its warmup is a share of them)."""
