@@ -13,11 +13,7 @@ trains on (core/episodes.rollout_episode).
 """
 
 import asyncio
-import json
 import math
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -26,19 +22,13 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.workers.rollout.replica import TokenOutput
 
 from cfbench.harness import protocol
-from cfbench.harness.agent import Trajectory
-from cfbench.harness.backends import Completion
-from cfbench.harness.backends.tokens import PromptTokens
-from cfbench.harness.protocol import Knobs
 from cfbench.harness.suite import Question
-from cfbench.training.config.schema import to_json
 from cfbench.training.core.episodes import rollout_episode
-from cfbench.training.treatments import load_config
 from cfbench.training.verl_engine.agent_loop import ProtocolV1AgentLoop
 from cfbench.training.verl_engine.recipe import response_length
-
-KNOBS = Knobs(max_new_tokens=48, max_searches=2)
-ROOT = Path(__file__).parents[1]
+from cfbench.training.verl_engine.sampling import object_array
+from cfbench.training.verl_engine.sampling import trajectories as rebuilt
+from tests_verl.conftest import KNOBS
 
 
 class ReplayedServer:
@@ -53,29 +43,8 @@ class ReplayedServer:
         return TokenOutput(token_ids=list(ids), log_probs=list(logprobs))
 
 
-@pytest.fixture(scope="module")
-def rollout(tmp_path_factory):
-    """cfbench's in-process rollout, run in cfbench's own environment (in_process_rollout.py), read back as Trajectories."""
-    here = tmp_path_factory.mktemp("verl-run")
-    python = os.environ.get("CFBENCH_MAIN_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
-    script = [str(here / "rollout.json"), str(KNOBS.max_new_tokens), str(KNOBS.max_searches), "11", "8"]
-    subprocess.run(
-        [python, str(Path(__file__).parent / "in_process_rollout.py"), *script], check=True, env={**os.environ, "PYTHONPATH": str(ROOT)}
-    )
-    trajectories = []
-    for row in json.loads((here / "rollout.json").read_text()):
-        q = row["question"]
-        t = Trajectory(Question(q["id"], q["benchmark"], q["question"], tuple(q["golden_answers"])), row["prompt"], row["prompt"])
-        t.turns = row["turns"]
-        t.completions = [Completion(**{**c, "ids": tuple(c["ids"]), "logprobs": tuple(c["logprobs"])}) for c in row["completions"]]
-        trajectories.append(t)
-    config = load_config("search-r1", "paper") | {"knobs": KNOBS.as_dict()}
-    (here / "config.json").write_text(json.dumps(to_json(config)))
-    return PromptTokens.load("smollm2-135m-search"), config, here / "config.json", trajectories
-
-
-def test_the_verl_loop_gives_the_in_process_turns_masks_and_rewards(rollout):
-    tokens, config, config_file, trajectories = rollout
+def test_the_verl_loop_gives_the_in_process_turns_masks_and_rewards(in_process_rollout):
+    tokens, config, config_file, trajectories = in_process_rollout
     eos = tokens.tokenizer.eos_token_id
     sampled = {}
     for t in trajectories:
@@ -90,23 +59,24 @@ def test_the_verl_loop_gives_the_in_process_turns_masks_and_rewards(rollout):
     server = ReplayedServer(sampled)
     trainer_config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": KNOBS.max_context_tokens}}})
 
+    def agent_loop() -> ProtocolV1AgentLoop:
+        return ProtocolV1AgentLoop(
+            trainer_config=DictConfigWrap(trainer_config),
+            server_manager=server,
+            tokenizer=tokens.tokenizer,
+            processor=None,
+            dataset_cls=RLHFDataset,
+            data_config=DictConfigWrap(OmegaConf.create({})),
+            hf_model_type="llama",
+            config_file=str(config_file),
+        )
+
+    def info(q: Question) -> dict:
+        return {"id": q.id, "question": q.question, "golden_answers": list(q.golden_answers), "user": protocol.user_prompt(q.question)}
+
     async def verl_rollouts():
-        outputs = []
-        for t in trajectories:
-            loop = ProtocolV1AgentLoop(
-                trainer_config=DictConfigWrap(trainer_config),
-                server_manager=server,
-                tokenizer=tokens.tokenizer,
-                processor=None,
-                dataset_cls=RLHFDataset,
-                data_config=DictConfigWrap(OmegaConf.create({})),
-                hf_model_type="llama",
-                config_file=str(config_file),
-            )
-            q = t.question
-            info = {"id": q.id, "question": q.question, "golden_answers": list(q.golden_answers), "user": protocol.user_prompt(q.question)}
-            outputs.append(await loop.run({"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}, extra_info=info))
-        return outputs
+        params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
+        return [await agent_loop().run(params, extra_info=info(t.question)) for t in trajectories]
 
     outputs = asyncio.run(verl_rollouts())
     actions = set()
@@ -130,3 +100,22 @@ def test_the_verl_loop_gives_the_in_process_turns_masks_and_rewards(rollout):
     assert sum(t.reward_score for t in outputs) >= 0 and any(len(t.turns) > 1 for t in trajectories)  # multi-turn
     params = server.calls[0]
     assert params["stop"] == list(protocol.STOP) and params["max_tokens"] == KNOBS.max_new_tokens and params["include_stop_str_in_output"]
+
+    # the self-evolution driver rebuilds each trajectory from the extra fields verl's agent-loop worker returns (one
+    # object array per field, the request's extra_info among them): the same prediction and the same training sequence
+    infos = [{"id": t.question.id} for t in trajectories]
+    fields = {key: object_array([out.extra_fields[key] for out in outputs]) for key in outputs[0].extra_fields}
+    back = rebuilt([t.question for t in trajectories], {**fields, "extra_info": object_array(infos)})
+    for t, b in zip(trajectories, back, strict=True):
+        before, after = (rollout_episode(tokens, x, 1.0, 0, KNOBS.max_context_tokens) for x in (t, b))
+        assert (after.ids, after.trained, after.cut) == (before.ids, before.trained, before.cut) and b.prediction == t.prediction
+        assert after.sampled_logprobs == pytest.approx(before.sampled_logprobs, nan_ok=True)
+        assert b.context == t.prompt + "".join(turn["generated"] + turn.get("observation", "") for turn in t.turns)
+    with pytest.raises(ValueError, match="not 'other'"):
+        rebuilt([Question("other", "train", "q", ())], {**fields, "extra_info": object_array(infos)})
+
+    # a row's own budget (the proposer's: its hop count less one): no search runs, a search turn is over budget
+    searching = next(t for t in trajectories if t.turns[0]["action"] == "search")
+    out = asyncio.run(agent_loop().run({"temperature": 1.0}, extra_info={**info(searching.question), "max_searches": 0}))
+    assert [turn["action"] for turn in out.extra_fields["turns"]] == ["search_over_budget"]
+    assert out.extra_fields["turns"][0]["generated"] == searching.turns[0]["generated"]

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from cfbench.cli import main
 from cfbench.harness.errors import CfbenchError
 from cfbench.training.treatments import load_config
-from cfbench.training.verl_engine.launch import compose
+from cfbench.training.verl_engine.launch import compose, launch
 from cfbench.training.verl_engine.recipe import verl_configs
 
 
@@ -37,3 +37,10 @@ def test_dry_run_prints_the_composed_configuration():
     result = CliRunner().invoke(main, ["train", "--treatment", "search-r1", "--scale", "paper", "--engine", "verl", "--dry-run"])
     assert result.exit_code == 0, result.output
     assert "verl is not installed" not in result.output and "critic:" in result.output and "adv_estimator: cfbench_grpo" in result.output
+
+
+def test_a_self_evolution_launch_refuses_more_than_one_update_per_step_before_writing(tmp_path):
+    config = load_config("crossfit", "paper") | {"objective": {"updates_per_batch": 2}}
+    with pytest.raises(CfbenchError, match="updates_per_batch is 2"):
+        launch(config, tmp_path / "run", 8)
+    assert not (tmp_path / "run").exists()

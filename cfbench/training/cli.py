@@ -157,7 +157,7 @@ def train_cmd(
                 return click.echo(verl_dry_run(config, out or Path("OUT"), gpus), nl=False)
             if out is None:
                 raise click.UsageError("Missing option '--out'.")
-            return launch(config, out, gpus)
+            return launch(config, out, gpus, resume)
         if out is None:
             raise click.UsageError("Missing option '--out'.")
         if isinstance(config, WarmStartConfig):

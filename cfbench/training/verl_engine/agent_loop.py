@@ -9,8 +9,13 @@ loop trains on: the prompt's ids, then each turn's sampled ids (mask 1) and its 
 (mask 0: `<information>` passages and invalid-action notes get no gradient), ending before a turn
 generated from a cut context. Its reward is the config's (cfbench_grpo turns it into the advantage).
 
+The self-evolution driver (driver.py) sends its own rows (sampling.py): a row's extra_info may carry
+`max_searches` (the proposer's budget is its task's hop count less one) and its `user` prompt is the
+role's (the proposer's source, MSV's source-aware prompt). Every output carries the trajectory in its
+extra fields (`prompt`, `turns`, `completions`), from which the driver rebuilds it for cfbench's loop.
+
 verl instantiates the loop once per trajectory, with the entry of the run's agent_loops.yaml
-(launch.write_inputs): `config_file`, the run's cfbench config (knobs, reward, retriever). The
+(`write_registry`): `config_file`, the run's cfbench config (knobs, reward, retriever). The
 retriever is built once per worker process and searched on its own thread.
 """
 
@@ -19,10 +24,12 @@ from __future__ import annotations
 import functools
 import math
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
+import yaml
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from cfbench.harness import protocol
@@ -61,6 +68,8 @@ class ProtocolV1AgentLoop(AgentLoopBase):
 
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         info, knobs = kwargs["extra_info"], self.run_config.knobs
+        if "max_searches" in info:
+            knobs = replace(knobs, max_searches=int(info["max_searches"]))
         question = Question(info["id"], "train", info["question"], tuple(info["golden_answers"]))
         prompt = self.tokens.chat_prompt(info["user"])
         traj = Trajectory(question, prompt, prompt)
@@ -90,5 +99,12 @@ class ProtocolV1AgentLoop(AgentLoopBase):
             reward_score=reward,
             num_turns=1 + 2 * len(traj.turns),  # the user's prompt, then each turn's model text and observation
             metrics=AgentLoopMetrics(),
-            extra_fields={"turns": traj.turns, "cut": episode.cut},
+            extra_fields={"prompt": prompt, "turns": traj.turns, "completions": [asdict(c) for c in traj.completions], "cut": episode.cut},
         )
+
+
+def write_registry(path: Path, config_file: Path) -> None:
+    """The agent-loop registry verl reads (rollout.agent.agent_loop_config_path): this loop, given the run's config file."""
+    entry = {"name": AGENT_LOOP, "_target_": f"{__name__}.{ProtocolV1AgentLoop.__qualname__}", "config_file": str(config_file)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump([entry], sort_keys=False))

@@ -5,9 +5,10 @@ overrides, exactly what `python -m verl.trainer.main_ppo OVERRIDES` would run; H
 verl does not declare, and verl's `validate_config` checks the batch sizes against the GPUs. Without
 verl installed, --dry-run prints cfbench's settings alone and says so (verl's defaults fill the rest).
 
-Only Search-R1 launches: the self-evolution treatments' per-step loop (proposer -> admission ->
-scoring by other roles -> updates of 2-4 roles) needs verl worker groups driven by cfbench's loop,
-which is not built; their --dry-run prints each role's configuration as it would train.
+Search-R1 launches verl's own trainer (`run_ppo`). The self-evolution treatments (dr-zero, msv, crossfit,
+msv-crossfit) launch driver.py: cfbench's loop driving one verl worker group, vLLM replicas and agent-loop
+workers per role, all roles on this node's GPUs; --dry-run prints each role's configuration.
+Neither launch has run on a GPU (docs/training-at-scale.md, "The verl path").
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from cfbench.harness.errors import CfbenchError
-from cfbench.training.config.classes import RLConfig, SearchR1Config, TrainingConfig
+from cfbench.training.config.classes import RLConfig, SearchR1Config, SelfEvolutionConfig, TrainingConfig
 from cfbench.training.config.schema import to_json
 from cfbench.training.verl_engine.recipe import AGENT_LOOP, SETUP_HOOK, dotlist, verl_configs
 
@@ -84,8 +85,6 @@ def dry_run(config: TrainingConfig, out: Path, gpus: int) -> str:
             lines.append(yaml.safe_dump(tree, sort_keys=False).rstrip())
         lines.append("# as a command line: python -m verl.trainer.main_ppo \\")
         lines += [f"#   {o} \\" for o in overrides(tree)[:-1]] + [f"#   {overrides(tree)[-1]}"]
-    if not isinstance(config, SearchR1Config):
-        lines.append("# not launched by --engine verl yet: the self-evolution loop's roles as verl worker groups are not built")
     return "\n".join(lines) + "\n"
 
 
@@ -96,7 +95,7 @@ def write_inputs(config: SearchR1Config, run: Path) -> None:
 
     from cfbench.harness import protocol
     from cfbench.training.core.data import load_train_set
-    from cfbench.training.verl_engine.agent_loop import ProtocolV1AgentLoop
+    from cfbench.training.verl_engine.agent_loop import write_registry
 
     questions = load_train_set(config.train_set, sources=config.sources)
     random.Random(config.seed).shuffle(questions)
@@ -115,21 +114,17 @@ def write_inputs(config: SearchR1Config, run: Path) -> None:
     run.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_parquet(run / "train.parquet")
     (run / "config.json").write_text(json.dumps(to_json(config), indent=1) + "\n")  # what the agent loop reads
-    loops = [
-        {"name": AGENT_LOOP, "_target_": f"{ProtocolV1AgentLoop.__module__}.ProtocolV1AgentLoop", "config_file": str(run / "config.json")}
-    ]
-    (run / "agent_loops.yaml").write_text(yaml.safe_dump(loops, sort_keys=False))
+    write_registry(run / "agent_loops.yaml", run / "config.json")
 
 
-def launch(config: TrainingConfig, out: Path, gpus: int) -> None:
-    """Run a Search-R1 config on verl (Ray, FSDP2 actor and reference, vLLM rollouts) on this node's `gpus` GPUs."""
+def launch(config: TrainingConfig, out: Path, gpus: int, resume: bool = False) -> None:
+    """Run a GRPO config on verl on this node's `gpus` GPUs: Search-R1 through verl's trainer, a self-evolution
+    treatment through driver.py (`resume`: from its last checkpoint)."""
     config = rl_config(config)
-    if not isinstance(config, SearchR1Config):
-        raise CfbenchError(
-            f"--engine verl launches search-r1 only; {config.treatment} needs its roles as verl worker groups (not built): use --dry-run"
-        )
     if not verl_installed():
         raise CfbenchError("--engine verl needs verl, installed in its own venv as docs/training-at-scale.md (Environment) shows")
+    if isinstance(config, SelfEvolutionConfig):
+        return _self_evolve(config, out, gpus, resume)
     if out.exists() and any(out.iterdir()):
         raise CfbenchError(f"{out} already holds files; choose a new --out (verl resumes from its own checkpoints under {out}/verl)")
     (tree,) = verl_configs(config, out, gpus).values()
@@ -141,3 +136,15 @@ def launch(config: TrainingConfig, out: Path, gpus: int) -> None:
     import cfbench.training.verl_engine.advantage  # noqa: F401  registers cfbench_grpo in this process too
 
     run_ppo(cfg, task_runner_class=TaskRunnerV1)
+
+
+def _self_evolve(config: SelfEvolutionConfig, out: Path, gpus: int, resume: bool) -> None:
+    if config.objective.updates_per_batch != 1:
+        raise CfbenchError(
+            f"objective.updates_per_batch is {config.objective.updates_per_batch}; --engine verl updates a self-evolution role "
+            "once per step (its batch size varies with what was admitted): set it to 1"
+        )
+    configs = {role: compose(tree) for role, tree in verl_configs(config, out, gpus).items()}  # refused before anything is written
+    from cfbench.training.verl_engine.driver import run
+
+    run(config, out, configs, gpus, resume, lambda row: print(json.dumps(row), flush=True))
