@@ -11,6 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
 from cfbench.harness.agent import run_batch, run_stream
+from cfbench.harness.backends import row_attention
 from cfbench.harness.backends.hf import HFBackend
 from cfbench.harness.backends.kv import SLOT_GROW, Slots
 from cfbench.harness.checkpoints import resolve
@@ -32,11 +33,14 @@ def alone(model, ids, fed):
     return torch.stack(out)
 
 
+@pytest.mark.parametrize("attention", ["sdpa", row_attention.NAME])
 @torch.inference_mode()
-def test_slots_decode_each_context_as_it_decodes_alone(tiny_llama):
+def test_slots_decode_each_context_as_it_decodes_alone(tiny_llama, attention):
     """Three rows of different lengths; one row is refilled mid-way with a context longer than every row (the buffers
-    widen on the left), decoding runs past the spare columns twice (they grow on the right), and a row leaves."""
+    widen on the left), decoding runs past the spare columns twice (they grow on the right), and a row leaves. With
+    SDPA over the padded rows (masked) and with the engine's per-row attention (each row's own columns)."""
     model = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32).eval()
+    model.set_attn_implementation(attention)
     contexts = [[5, 17, 230, 9, 44, 8], [71, 3], [900, 12, 13, 14]]
     late = list(range(100, 160))  # replaces row 1 at step 20
     steps = 2 * SLOT_GROW + 10
@@ -62,10 +66,13 @@ def test_slots_decode_each_context_as_it_decodes_alone(tiny_llama):
         if step == SLOT_GROW + 30:  # row 2's context ends with nothing to follow it
             slots.keep([0, 1])
             rows = rows[:2]
-        mask, positions = slots.step("cpu")
+        mask, positions, starts = slots.step("cpu")
         assert positions.squeeze(1).tolist() == [len(([*contexts, late])[c]) + fed[c] for c in rows]
+        assert starts == [mask.shape[1] - 1 - n for n in positions.squeeze(1).tolist()]  # mask's first 1 in each row
         ids = torch.tensor([[tokens[c][fed[c]]] for c in rows])
-        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=slots.cache, use_cache=True).logits[:, -1]
+        out = model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, cache=slots.cache, use_cache=True, row_starts=starts
+        ).logits[:, -1]
         slots.advance()
         for r, c in enumerate(rows):
             fed[c] += 1

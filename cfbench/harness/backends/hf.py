@@ -14,7 +14,7 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
-from cfbench.harness.backends import Completion, call_seed
+from cfbench.harness.backends import Completion, call_seed, row_attention
 from cfbench.harness.backends.kv import Slots, left_padded_cache
 from cfbench.harness.backends.onednn import use_linear
 from cfbench.harness.backends.tokens import PromptTokens, TokenizedEngine
@@ -82,6 +82,7 @@ class HFBackend(TokenizedEngine):
             torch.set_num_threads(threads)
         tokens = PromptTokens(AutoTokenizer.from_pretrained(ckpt.location))
         model = load_model(AutoModelForCausalLM, ckpt.location, getattr(torch, dtype)).to(device).eval()
+        model.set_attn_implementation(row_attention.NAME)  # SDPA but in stream's decoding steps
         use_linear(model, linear, device)
         return cls(model, tokens, ckpt=ckpt, dtype=dtype, linear=linear)
 
@@ -278,10 +279,16 @@ class HFBackend(TokenizedEngine):
                     return
                 slots.keep(keep)
                 live = [live[row] for row in keep]
-            mask, positions = slots.step(self.device)
+            mask, positions, starts = slots.step(self.device)
             input_ids = torch.tensor([[x.token] for x in live], device=self.device)
             logits = self.model(
-                input_ids=input_ids, attention_mask=mask, position_ids=positions, cache=slots.cache, use_cache=True, logits_to_keep=1
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                cache=slots.cache,
+                use_cache=True,
+                logits_to_keep=1,
+                row_starts=starts,
             ).logits[:, -1]
             slots.advance()
             picked, logprobs = _pick(logits, 0.0, None)
@@ -311,6 +318,7 @@ class HFBackend(TokenizedEngine):
             "device": self.device,
             "dtype": self.dtype,
             **({"linear": self.linear} if self.linear != "torch" else {}),  # records made before --linear existed still resume
+            **({"attention": attention} if (attention := self.model.config._attn_implementation) != "sdpa" else {}),  # as linear
             "threads": torch.get_num_threads(),
             "chat_template": self.tokens.has_template,
             "hub_revision": getattr(self.model.config, "_commit_hash", None),

@@ -120,8 +120,9 @@ class Slots:
 
     Rows hold contexts of different lengths, right-aligned at column `end` (left of a row's own
     columns is masked). A row whose context ends is refilled in place with another context's K/V
-    (continuous batching), so the other rows are neither copied nor waited for. Attention reads the
-    columns [end - longest row, end) as a view; the buffers are reallocated (one copy) only when a
+    (continuous batching), so the other rows are neither copied nor waited for. The cache exposes the
+    columns [end - longest row, end) as a view, and each row's first column (`step`) lets attention read
+    a row from its own start (row_attention.py); the buffers are reallocated (one copy) only when a
     placed row needs more columns on the left or decoding fills the spare columns on the right.
     """
 
@@ -153,14 +154,15 @@ class Slots:
         self.lengths[row] = length
         self._expose()
 
-    def step(self, device) -> tuple[torch.Tensor, torch.Tensor]:
-        """The attention mask [rows, columns + 1] and positions [rows, 1] of the next decoding step; room for it."""
+    def step(self, device) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """The attention mask [rows, columns + 1], positions [rows, 1] and each row's first column of the next decoding
+        step (row_attention.py reads a row from there); room for it."""
         if self.frame.end == self.buffers[0][0].shape[-2]:
             self._reallocate(self.frame.end - self.frame.start)
         width = self.frame.end - self.frame.start
         lengths = torch.tensor(self.lengths, device=device)
         mask = (torch.arange(width + 1, device=device).unsqueeze(0) >= (width - lengths).unsqueeze(1)).long()
-        return mask, lengths.unsqueeze(1)
+        return mask, lengths.unsqueeze(1), [width - n for n in self.lengths]
 
     def advance(self) -> None:
         """After a step: every row holds one more token."""
