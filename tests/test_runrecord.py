@@ -9,6 +9,7 @@ from cfbench.harness import evaluate as evaluate_module
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.evaluate import evaluate, host
 from cfbench.harness.protocol import Knobs
+from cfbench.harness.runrecord import RunDir
 from cfbench.harness.suite import load_suite
 from scripted import ScriptedBackend, question_of
 
@@ -67,6 +68,27 @@ def test_interrupted_run_resumes_to_the_same_record(tmp_path, suite, bm25):
     resumed = run(tmp_path / "cut", suite, bm25, resume=True)
     assert resumed["scores"] == reference["scores"]
     assert (tmp_path / "cut" / "trajectories.jsonl").read_bytes() == (tmp_path / "full" / "trajectories.jsonl").read_bytes()
+    assert resumed["segments"] == 2
+
+
+def test_an_interrupt_just_after_a_write_counts_that_batch_in_the_segment(tmp_path, suite, bm25, monkeypatch):
+    """Ctrl-C can land between a batch's write and anything after it; the segment says what the record holds."""
+    append, writes = RunDir.append, []
+
+    def append_then_interrupt(self, rows):
+        append(self, rows)
+        writes.append(len(rows))
+        if len(writes) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunDir, "append", append_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "r", suite, bm25)
+    monkeypatch.undo()
+    (segment,) = [json.loads(line) for line in (tmp_path / "r" / "segments.jsonl").read_text().splitlines()]
+    assert segment["questions"] == 32 == len((tmp_path / "r" / "trajectories.jsonl").read_text().splitlines())
+    resumed = run(tmp_path / "r", suite, bm25, resume=True)
+    assert [json.loads(line)["questions"] for line in (tmp_path / "r" / "segments.jsonl").read_text().splitlines()] == [32, 38]
     assert resumed["segments"] == 2
 
 

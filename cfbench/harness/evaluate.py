@@ -173,13 +173,10 @@ def evaluate(
         on_start(len(questions), len(kept_ids))
 
         todo = [b for b in batches if b[0].id not in kept_ids]
-        done_now = 0
 
         def write(rows: list[dict]) -> None:
-            nonlocal done_now
             run.append(rows)
             finished.update((r["id"], r) for r in rows)
-            done_now += len(rows)
             on_questions(len(rows))
 
         try:
@@ -204,7 +201,8 @@ def evaluate(
                 {
                     "started": datetime.fromtimestamp(started, UTC).isoformat(),
                     "ended": datetime.now(UTC).isoformat(),
-                    "questions": done_now,
+                    # read off the record, not counted beside it: an interrupt can land between a write and a count
+                    "questions": run.rows_written() - len(kept_ids),
                     "host": host(),
                 }
             )

@@ -191,6 +191,11 @@ class RunDir:
         repair_tail(self.path / TRAJECTORIES)
         append_jsonl(self.path / TRAJECTORIES, rows)
 
+    def rows_written(self) -> int:
+        """Whole rows in the record now (a line torn by a kill has no newline and does not count)."""
+        path = self.path / TRAJECTORIES
+        return path.read_bytes().count(b"\n") if path.exists() else 0
+
     def add_segment(self, segment: dict) -> list[dict]:
         """Record one working session (start, end, questions done); returns all of them."""
         repair_tail(self.path / SEGMENTS)
