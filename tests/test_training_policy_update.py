@@ -167,3 +167,24 @@ def test_gradient_checkpointing_and_chunked_log_probs_change_memory_not_the_upda
     weights = [{n: p.detach() for n, p in role.model.named_parameters()} for role in (lean, plain)]
     gradients = first_gradients(plain.optimizer, plain.model)
     assert_adamw_first_steps_agree(*weights, gradients, config().learning_rate, sum(len(e.ids) for e in EPISODES))
+
+
+def test_skipping_micro_batches_without_advantage_takes_the_same_step_bit_for_bit(tiny_llama):
+    """skip_empty_updates also leaves out the passes of micro-batches whose advantages are all zero: their gradient is
+    exactly zero, so the step is the same to the bit, and the loss still averages over all the step's episodes."""
+    rewards = [1.0, 0.0, 0.0, 0.0, 0.0, 1.0]  # group 1 (episodes 2, 3) has no signal
+    episodes = [Episode(list(range(10 + 3 * k, 26 + 3 * k)), [0] * 6 + [1] * 10, r, k // 2) for k, r in enumerate(rewards)]
+    accelerator = Accelerator(cpu=True)
+    runs = {}
+    for skip in (False, True):
+        cfg = config() | {"skip_empty_updates": skip, "micro_batch": 1, "prompts_per_step": 3}
+        role = learner(cfg, tiny_llama, accelerator, 10)
+        rows = []
+        hook = role.model.register_forward_hook(lambda module, args, kwargs, out: rows.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
+        stats = update(role, accelerator, episodes, cfg, 0)
+        hook.remove()
+        runs[skip] = stats, rows, {n: p.detach().clone() for n, p in role.model.named_parameters()}
+    (full, full_rows, before), (lean, lean_rows, after) = runs[False], runs[True]
+    assert sum(full_rows) == 6 and sum(lean_rows) == 4  # the two episodes of the group without signal were not run
+    assert lean.grad_norm == full.grad_norm and lean.loss == pytest.approx(full.loss, abs=1e-7)
+    assert before.keys() == after.keys() and all(torch.equal(before[n], after[n]) for n in before)

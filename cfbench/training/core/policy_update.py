@@ -13,6 +13,11 @@ With the config's `skip_empty_updates`, a step whose advantages are all zero (no
 any process) runs no forward or backward pass and takes no optimizer or scheduler step: AdamW would
 otherwise keep moving the weights along its first moment (each earlier update applied again, decayed
 by beta1 a step) and advance its moments and step count, and a warmup would spend a step on nothing.
+In a step that does have signal, the knob also skips the forward and backward passes of micro-batches
+whose advantages are all zero (one update per batch, one process): with no KL term their loss is 0 x
+log-probs, whose gradient is exactly zero, so the weights come out bit for bit as with the passes run
+(test_training_policy_update), and at the cpu recipe's share of groups with signal (about a third) the
+update costs about a third. The loss and sampler_gap are then over the micro-batches that ran.
 
 Rollouts' tokens are the ids their engine sampled (core/episodes.py); where the engine gave their
 log-probs, `sampler_gap` reports the mean |log pi - log pi_sampler| over them before the first step:
@@ -81,18 +86,20 @@ def update(role, accelerator, episodes: list[Episode], config, pad_id: int, refe
     signal = groups_with_signal(rewards, groups)
     if config.skip_empty_updates and not _any_advantage(advantages, accelerator):
         return UpdateStats(0.0, 0.0, groups_with_signal=signal, optimizer_step=False)  # the objective is exactly 0 (no KL term)
-    parts = [
-        [(first, min(first + config.micro_batch, part.stop)) for first in range(part.start, part.stop, config.micro_batch)]
-        for part in mini_batches(len(episodes), objective.updates_per_batch)
-    ]
+    batches = mini_batches(len(episodes), objective.updates_per_batch)
+    parts = [[(first, min(first + config.micro_batch, part.stop)) for first in range(part.start, part.stop, config.micro_batch)] for part in batches]
+    if config.skip_empty_updates and len(parts) == 1 and accelerator.num_processes == 1:
+        # one part: it holds a non-zero advantage (checked above), so its optimizer step is taken as before;
+        # with several processes every one must run the same backward passes (their gradients are reduced in them)
+        parts = [[span for span in parts[0] if advantages[span[0] : span[1]].any()]]
     rows = {span: [t.to(device) for t in collate(episodes[span[0] : span[1]], pad_id)] for part in parts for span in part}
     sampled = {span: sampled_logprobs(episodes[span[0] : span[1]]).to(device) for span in parts[0]}
     old = _frozen_logprobs(model, rows, config) if len(parts) > 1 else {}
     ref = _frozen_logprobs(reference, rows, config) if reference is not None else {}
     model.train()
     losses, norms, tally = [], [], _Tally()
-    for part in parts:
-        size, total = part[-1][1] - part[0][0], 0.0
+    for part, batch in zip(parts, batches):
+        size, total = len(batch), 0.0
         for span in part:
             ids, attention, trained = rows[span]
             logprobs = token_logprobs(model, ids, attention, config.temperature, config.logprob_chunk)
