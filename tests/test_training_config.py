@@ -119,3 +119,29 @@ def test_a_proposer_model_that_cannot_be_loaded_is_refused_before_the_run_direct
         check_config(config, tmp_path / "run", resume=False)
     assert not (tmp_path / "run").exists()
     check_config(config | {"proposer_model": "smollm2-135m-propose"}, tmp_path / "run", resume=False)  # a bundled start passes
+
+
+def test_set_changes_one_knob_keeps_its_section_and_is_checked_like_a_file():
+    config = load_config("search-r1", "cpu", settings=("learning_rate=1e-3", "knobs.max_obs_tokens=400", "reward.kind=em+format"))
+    shipped = load_config("search-r1", "cpu")
+    assert (config.learning_rate, config.knobs.max_obs_tokens, config.reward.kind) == (1e-3, 400, "em+format")
+    assert config.knobs.topk == shipped.knobs.topk and config.steps == shipped.steps  # siblings and other knobs as shipped
+    assert load_config("dr-zero", "cpu", settings=("objective.clip_eps=0.3",)).objective.clip_eps == 0.3  # a section left out of the file
+    for item, message in [
+        ("learning_rat=1e-3", "--set learning_rat=1e-3: unknown key 'learning_rat'; did you mean 'learning_rate'?"),
+        ("knobs.max_obs_token=400", "unknown key 'knobs.max_obs_token'; did you mean 'knobs.max_obs_tokens'?"),
+        ("learning_rate=-1", "learning_rate"),
+        ("learning_rate.x=1", "learning_rate is no section"),
+        ("learning_rate", "write KEY=VALUE"),
+        ("steps=3", "steps has its own option (--steps)"),
+    ]:
+        with pytest.raises(CfbenchError, match=message.replace(".", r"\.").replace("?", r"\?").replace("(", r"\(").replace(")", r"\)")):
+            load_config("search-r1", "cpu", settings=(item,))
+
+
+def test_a_run_started_with_set_resumes_only_with_the_same_setting(tmp_path):
+    pilot = load_config("search-r1", "cpu", settings=("learning_rate=1e-3",))
+    (tmp_path / "config.json").write_text(config_text(pilot))
+    check_config(pilot, tmp_path, resume=True)
+    with pytest.raises(CfbenchError, match=r"knob learning_rate was 0\.001 .* now 0\.0002; .* --set learning_rate=0\.001"):
+        check_config(load_config("search-r1", "cpu"), tmp_path, resume=True)

@@ -52,6 +52,14 @@ SCALES = sorted({scale for treatment in TREATMENTS for scale in scales(treatment
     help="Self-evolution source passages as jsonl(.gz) [default: the config's, train-sources].",
 )
 @click.option("--allow-eval-corpus", is_flag=True, help="Self-evolution: accept the evaluation corpus as sources (a deliberate leak).")
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="KNOB=VALUE",
+    help="Change one knob of the config, VALUE as JSON, a section's knob dotted (--set learning_rate=1e-3 --set "
+    "knobs.max_obs_tokens=500); recorded in the run's config.json, and given again with --resume.",
+)
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch CPU threads (default: torch's).")
 @click.option(
     "--rollout-server",
@@ -96,6 +104,7 @@ def train_cmd(
     aux_budget,
     corpus,
     allow_eval_corpus,
+    settings,
     threads,
     rollout_server,
     export_adapter,
@@ -113,6 +122,7 @@ def train_cmd(
       cfbench train --treatment crossfit --scale cpu --plan                       # what a run takes, before starting it
       cfbench train --treatment crossfit --scale cpu --out runs/crossfit          # the study's 135M row, hours on 2 cores
       cfbench train --treatment search-r1 --scale cpu --out runs/sr1 --resume     # continue from the last checkpoint
+      cfbench train --treatment search-r1 --scale cpu --steps 20 --set learning_rate=1e-3 --out runs/lr-pilot
       cfbench train --treatment search-r1 --scale paper --plan --gpus 8 --gpu-memory 80
     """
     import torch
@@ -135,6 +145,7 @@ def train_cmd(
             aux_budget=aux_budget,
             corpus=None if corpus is None else str(corpus.resolve()),
             allow_eval_corpus=allow_eval_corpus,
+            settings=settings,
         )
         if rollout_server is not None:
             if not isinstance(config, RLConfig):
@@ -190,7 +201,10 @@ def _run_options(ctx: click.Context) -> tuple[str, ...]:
             continue
         if ctx.get_parameter_source(param.name) == click.core.ParameterSource.COMMANDLINE:
             value = ctx.params[param.name]
-            out += [param.opts[0]] if param.is_flag else [param.opts[0], str(value)]
+            if param.is_flag:
+                out.append(param.opts[0])
+            else:
+                out += [x for v in (value if param.multiple else (value,)) for x in (param.opts[0], str(v))]
     return tuple(out)
 
 

@@ -80,7 +80,8 @@ def check_config(config: TrainingConfig, out: Path, resume: bool) -> None:
     if differing:
         key = differing[0]
         raise CfbenchError(
-            f"--resume: knob {key} was {old.get(key)!r} in {saved}, now {new.get(key)!r}; resume with the run's own settings"
+            f"--resume: knob {key} was {old.get(key)!r} in {saved}, now {new.get(key)!r}; resume with the run's own settings "
+            f"(as the run was started, e.g. --set {key}={json.dumps(old.get(key))})"
         )
 
 

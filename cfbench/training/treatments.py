@@ -4,8 +4,9 @@ and the warm start that makes the bundled `smollm2-135m-search` (training/warmst
 
 Every knob lives in the config file and is copied into each checkpoint, so a checkpoint says how it
 was made. `--steps` may extend a run and `--save-every` trade disk for resume points; the
-self-evolution treatments also take `--control`, `--aux-budget` and `--corpus`, which are recorded
-like every knob. Nothing else is overridden from the command line.
+self-evolution treatments also take `--control`, `--aux-budget` and `--corpus`, and every treatment
+`--set KNOB=VALUE` for any other knob (a pilot's learning rate, say: config/schema.py with_settings); all
+are recorded like every knob, and a resumed run must be given the same ones (trainer.check_config).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from cfbench.harness.errors import CfbenchError
 from cfbench.harness.paths import shown
 from cfbench.training.config.classes import SELF_EVOLUTION, TREATMENT_CONFIGS, SelfEvolutionConfig, TrainingConfig, WarmStartConfig
-from cfbench.training.config.schema import parse, read_json
+from cfbench.training.config.schema import parse, read_json, with_settings
 from cfbench.training.selfevolve.sources import refuse_eval_corpus
 
 CONFIGS = Path(__file__).parent / "configs"
@@ -31,6 +32,22 @@ TREATMENTS = {
     "warm-start-proposer": "the warm start continued on proposer trajectories with 2-hop compositions: the self-evolution proposer's start",
 }
 __all__ = ["CONFIGS", "SELF_EVOLUTION", "TREATMENTS", "config_file", "load_config", "scales"]
+
+
+# knobs the command line sets by their own options, so that a --set cannot contradict them
+_OWN_OPTIONS = {
+    "treatment": "--treatment",
+    "msv": "--treatment",
+    "crossfit": "--treatment",
+    "scale": "--scale",
+    "steps": "--steps",
+    "save_every": "--save-every",
+    "control": "--control",
+    "aux_budget": "--aux-budget",
+    "corpus": "--corpus",
+    "allow_eval_corpus": "--allow-eval-corpus",
+    "rollout_server": "--rollout-server",
+}
 
 
 def _family(treatment: str) -> str:
@@ -57,6 +74,7 @@ def load_config(
     aux_budget: str | None = None,
     corpus: str | None = None,
     allow_eval_corpus: bool = False,
+    settings: tuple[str, ...] = (),
 ) -> TrainingConfig:
     if treatment not in TREATMENTS:
         raise CfbenchError(f"unknown treatment {treatment!r}: choose one of {', '.join(TREATMENTS)}")
@@ -64,6 +82,12 @@ def load_config(
     if not path.is_file():
         raise CfbenchError(f"treatment {treatment!r} has no scale {scale!r}: choose one of {', '.join(scales(treatment))}")
     config = config_file(path, treatment)
+    for item in settings:
+        if item.partition("=")[0] in _OWN_OPTIONS:
+            key = item.partition("=")[0]
+            raise CfbenchError(f"--set {item!r}: {key} has its own option ({_OWN_OPTIONS[key]}); use that")
+    if settings:
+        config = with_settings(config, settings)
     changes: dict = {}
     if isinstance(config, SelfEvolutionConfig):
         msv, crossfit = SELF_EVOLUTION[treatment]

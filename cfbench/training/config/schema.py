@@ -155,6 +155,31 @@ def to_json(config: Any) -> dict:
     return out
 
 
+def with_settings(config: C, settings: tuple[str, ...]) -> C:
+    """`config` with the command line's `--set KEY=VALUE` settings: KEY a knob's JSON name, dotted into a section
+    (knobs.max_obs_tokens), VALUE read as JSON (1e-3, true, [1, 2], "text") or else taken as a string; the result
+    is checked like a config file, every error naming the setting. A knob set in a section keeps its siblings."""
+    data = to_json(config)
+    for item in settings:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise CfbenchError(f"--set {item!r}: write KEY=VALUE, e.g. --set learning_rate=1e-3 or --set knobs.max_obs_tokens=500")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        *path, last = key.split(".")
+        node = data
+        for i, name in enumerate(path):
+            if node.get(name) is None:  # a section left at its default (omitted) or absent: an unknown one is refused by parse
+                node[name] = {}
+            if not isinstance(node[name], dict):
+                raise CfbenchError(f"--set {item!r}: {'.'.join(path[: i + 1])} is no section of the config; set a knob by its name")
+            node = node[name]
+        node[last] = value
+    return parse(type(config), data, f"--set {' '.join(settings)}")
+
+
 def config_text(config: Any) -> str:
     """The layout of the shipped config files: one top-level key a line, nested values inline."""
     lines = [f"  {json.dumps(k)}: {json.dumps(v, ensure_ascii=False)}" for k, v in to_json(config).items()]
