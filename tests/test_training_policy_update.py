@@ -179,8 +179,12 @@ def test_skipping_micro_batches_without_advantage_takes_the_same_step_bit_for_bi
     for skip in (False, True):
         cfg = config() | {"skip_empty_updates": skip, "micro_batch": 1, "prompts_per_step": 3}
         role = learner(cfg, tiny_llama, accelerator, 10)
-        rows = []
-        hook = role.model.register_forward_hook(lambda module, args, kwargs, out: rows.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
+        rows: list[int] = []
+
+        def count(module, args, kwargs, out, rows=rows):
+            rows.append(kwargs["input_ids"].shape[0])
+
+        hook = role.model.register_forward_hook(count, with_kwargs=True)
         stats = update(role, accelerator, episodes, cfg, 0)
         hook.remove()
         runs[skip] = stats, rows, {n: p.detach().clone() for n, p in role.model.named_parameters()}

@@ -87,7 +87,8 @@ def update(role, accelerator, episodes: list[Episode], config, pad_id: int, refe
     if config.skip_empty_updates and not _any_advantage(advantages, accelerator):
         return UpdateStats(0.0, 0.0, groups_with_signal=signal, optimizer_step=False)  # the objective is exactly 0 (no KL term)
     batches = mini_batches(len(episodes), objective.updates_per_batch)
-    parts = [[(first, min(first + config.micro_batch, part.stop)) for first in range(part.start, part.stop, config.micro_batch)] for part in batches]
+    step = config.micro_batch
+    parts = [[(first, min(first + step, part.stop)) for first in range(part.start, part.stop, step)] for part in batches]
     if config.skip_empty_updates and len(parts) == 1 and accelerator.num_processes == 1:
         # one part: it holds a non-zero advantage (checked above), so its optimizer step is taken as before;
         # with several processes every one must run the same backward passes (their gradients are reduced in them)
