@@ -10,7 +10,7 @@ from cfbench.harness.errors import CfbenchError
 from cfbench.training.config.choices import aux_updates_now
 from cfbench.training.core.objective import group_advantages
 from cfbench.training.selfevolve import crossfit, msv, proposer
-from cfbench.training.selfevolve.run import schedule
+from cfbench.training.selfevolve.loop import schedule
 from cfbench.training.selfevolve.sources import FOLDS_FILE, Task, connected_groups, fold_of, pool_folds, source_pool, tasks_for_step
 from cfbench.training.treatments import load_config
 

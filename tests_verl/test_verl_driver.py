@@ -5,7 +5,7 @@ per role: this test is about the order of the calls cfbench's loop makes through
 about what verl does in them (that needs GPUs: docs/training-at-scale.md). The recorder answers the agent-loop calls
 with scripted trajectories, as agent_loop.py returns them (prompt, turns, completions): the proposer searches its
 task's hop count less one times and proposes; MSV's answers agree; a solver's 5 answers match the label 3 times.
-Everything else is real: cfbench's _Loop (proposals, admission, CrossFit's routing, the updates' order), the
+Everything else is real: cfbench's Loop (proposals, admission, CrossFit's routing, the updates' order), the
 DataProto builder, verl's compute_advantage and its padding conversions around compute_log_prob and update_actor.
 """
 

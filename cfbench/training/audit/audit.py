@@ -201,7 +201,7 @@ def round_means(steps: list[dict]) -> list[dict]:
 
 def audit_run(run: Path, judge, out: Path, on_step: Callable[[int], None] = lambda step: None) -> dict:
     """Judge every saved step of `run` into `out`; returns (and writes) audit.json's record."""
-    from cfbench.training.selfevolve.run import schedule
+    from cfbench.training.selfevolve.loop import schedule
 
     config = run_config(run)
     out_dir(out, "audit output")

@@ -61,7 +61,7 @@ def _num(value: float | None) -> str:
 def _judge(spec: str, run: Path, out: Path, openai_settings: dict):
     from cfbench.training.audit.audit import CACHE_FILE, run_config
     from cfbench.training.audit.judge import judge_for
-    from cfbench.training.selfevolve.run import corpus_path
+    from cfbench.training.selfevolve.sources import corpus_path
 
     return judge_for(spec, corpus_path(run_config(run)), out / CACHE_FILE, **openai_settings)
 

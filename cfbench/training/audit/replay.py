@@ -193,7 +193,9 @@ def feedback(
     from cfbench.harness.retrievers.choose import retriever_for
     from cfbench.training.core.learner import accelerator_for_training, checkpoints, learner, sampler
     from cfbench.training.core.policy_update import reference_model, update
-    from cfbench.training.selfevolve.run import corpus_path, solver_answers, solver_episodes, spread
+    from cfbench.training.selfevolve.loop import solver_answers, solver_episodes
+    from cfbench.training.selfevolve.run import spread
+    from cfbench.training.selfevolve.sources import corpus_path
 
     control, budget = VARIANTS[variant]
     tasks = [Task(b["task_id"], b["source_id"], b["source"], b["hops"]) for b in bank]

@@ -6,7 +6,7 @@ cfbench keeps its treatments, typed configs and protocol-v1 turn; verl does the 
     advantage.py      cfbench's GRPO advantage registered in verl as `cfbench_grpo` (imports verl)
     agent_loop.py     protocol v1 as a verl agent loop, on the harness's per-trajectory turn (imports verl)
   the self-evolution treatments (launch.py -> driver.py), every module importing verl:
-    driver.py         cfbench's self-evolution loop (selfevolve/run.py's _Loop) over verl roles; save and resume
+    driver.py         cfbench's self-evolution loop (selfevolve/loop.py's Loop) over verl roles; save and resume
     roles.py          per role a worker group, role-named vLLM replicas, agent-loop workers and a weight-sync manager,
                       all roles on one resource pool of the node's GPUs
     sampling.py       a role's rollouts: wake its replicas with its weights, generate, sleep; trajectories back

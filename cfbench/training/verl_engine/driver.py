@@ -1,7 +1,7 @@
 """`cfbench train --engine verl` for the self-evolution treatments: cfbench's loop drives, verl's roles do the GPU work.
 
-The loop is selfevolve/run.py's own `_Loop`, unchanged: proposals, admission (MSV's gate), scoring (CrossFit's
-routing), which role trains on what, the audit and metrics rows. Below its sampling and its per-role update,
+The loop is selfevolve/loop.py's `Loop`, as selfevolve/run.py drives it: proposals, admission (MSV's gate),
+scoring (CrossFit's routing), which role trains on what, the audit and metrics rows. Below its sampling and its per-role update,
 each role is a set of verl pieces (roles.py):
     start          roles.start: one resource pool for the node's GPUs; per role its worker group, vLLM replicas
                    (role-named), agent-loop workers running protocol v1 and checkpoint-engine manager
@@ -10,15 +10,15 @@ each role is a set of verl pieces (roles.py):
     save / resume  every role's worker group saves (loads) its verl checkpoint under checkpoint-N/<role>, beside
                    cfbench_train.json (step, config, provenance), written as .checkpoint-N.tmp and then moved into
                    place, so a checkpoint-N directory is always whole
-The run directory is selfevolve/run.py's (config.json, folds.json, audit/step-N.jsonl, metrics.jsonl, curves.png),
-except that checkpoint-N/ holds each role's verl checkpoint (FSDP shards of weights and optimizer; verl's
-model_merger turns one into an HF model) instead of HF models, and verl/<role>/agent_loops.yaml registers the
-agent loop for each role's workers. Runs in one process (the Ray driver); imports verl.
+The run directory is selfevolve/run.py's, written by the same functions of selfevolve/loop.py (config.json,
+folds.json, audit/step-N.jsonl, metrics.jsonl, curves.png), except that checkpoint-N/ holds each role's verl
+checkpoint (FSDP shards of weights and optimizer; verl's model_merger turns one into an HF model) instead of HF
+models, and verl/<role>/agent_loops.yaml registers the agent loop for each role's workers.
+Runs in one process (the Ray driver); imports verl.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -30,15 +30,13 @@ from omegaconf import DictConfig, OmegaConf
 from cfbench.harness.backends.tokens import PromptTokens
 from cfbench.harness.checkpoints import TRAIN_RECORD, resolve
 from cfbench.harness.corpus import load_corpus
-from cfbench.harness.jsonl import dumps, write_atomic, write_jsonl
+from cfbench.harness.jsonl import dumps, write_atomic
 from cfbench.harness.runrecord import lock_directory, unlock_directory
 from cfbench.training.config.classes import SelfEvolutionConfig
 from cfbench.training.config.schema import to_json
-from cfbench.training.core.answers import MATCHER
-from cfbench.training.core.learner import append_row, checkpoints, drop_partial_saves, keep_rows_before
-from cfbench.training.core.plots import SELF_EVOLUTION_PANELS, plot_curves
+from cfbench.training.core.learner import checkpoints, drop_partial_saves, keep_rows_before
 from cfbench.training.selfevolve import crossfit
-from cfbench.training.selfevolve.run import _Loop  # the loop itself, driven here as selfevolve/run.py drives it
+from cfbench.training.selfevolve.loop import Loop, checkpoint_record, drop_audits_after, record_step, restored_provenance
 from cfbench.training.selfevolve.sources import corpus_path, pool_folds, source_pool, tasks_for_step
 from cfbench.training.trainer import check_config
 from cfbench.training.verl_engine.agent_loop import write_registry
@@ -92,21 +90,16 @@ def evolve(
     folds = pool_folds(corpus, pool, out, resume, (config.proposer_steps + config.solver_steps) * config.prompts_per_step)
     (out / "audit").mkdir(exist_ok=True)
     names = [*crossfit.solvers(config.crossfit, config.control), "proposer"]
-    provenance = crossfit.Provenance(names)
-    if first:
-        record = json.loads((out / f"checkpoint-{first}" / TRAIN_RECORD).read_text())
-        provenance = crossfit.Provenance(names, record["provenance"])
-        for name, role in roles.items():
-            role.workers.load_checkpoint(local_path=str(out / f"checkpoint-{first}" / name), del_local_after_load=False)
-    for stale in (out / "audit").glob("step-*.jsonl"):
-        if int(stale.stem.split("-")[1]) > first:
-            stale.unlink()
+    provenance = restored_provenance(out, first, names)
+    for name, role in roles.items() if first else ():
+        role.workers.load_checkpoint(local_path=str(out / f"checkpoint-{first}" / name), del_local_after_load=False)
+    drop_audits_after(out, first)
     keep_rows_before(out / "metrics.jsonl", first)
     tokenizer = AutoTokenizer.from_pretrained(resolve(config.start_model("main")).location)
     tokens, pad = PromptTokens(tokenizer), tokenizer.pad_token_id or 0
     sampling = RoleSampling(roles, config.knobs)
     # the agent-loop workers retrieve (agent_loop.py) and sampling.py pushes a role's weights itself: no retriever, no `ready`
-    loop = _Loop(config, tokens, None, provenance, dict(zip(corpus.ids, corpus.contents)), sampling, lambda name: None)
+    loop = Loop(config, tokens, None, provenance, dict(zip(corpus.ids, corpus.contents)), sampling, lambda name: None)
     engines = {name: RoleEngine(name) for name in roles}
     last = out / f"checkpoint-{first}"
     for step in range(first + 1, config.steps + 1):
@@ -117,12 +110,9 @@ def evolve(
         rolled = time.time()
         loop.updates(state, engines, lambda name, episodes: update(roles[name], episodes, config, pad, gpus))
         row = state.metrics(rolled - began, time.time() - rolled, f"verl on {gpus} GPUs") | {"processes": gpus}
-        write_jsonl(out / "audit" / f"step-{step}.jsonl", state.audit_rows())
-        append_row(out / "metrics.jsonl", row)
-        plot_curves(out / "metrics.jsonl", out / "curves.png", SELF_EVOLUTION_PANELS)
+        record_step(out, state, row)
         if step % config.save_every == 0 or step == config.steps:
-            record = {"config": to_json(config), "provenance": provenance.to_json(), "corpus_sha256": corpus.sha256, "matcher": MATCHER}
-            last = save(roles, out, step, record)
+            last = save(roles, out, step, checkpoint_record(config, provenance, corpus.sha256))
         on_step(row)
     return last
 

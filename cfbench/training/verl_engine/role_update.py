@@ -1,4 +1,4 @@
-"""A role's update on verl: what cfbench's loop calls as `step_role(name, episodes)` (selfevolve/run.py, _Loop.updates).
+"""A role's update on verl: what cfbench's loop calls as `step_role(name, episodes)` (selfevolve/loop.py, Loop.updates).
 
 Its episodes become a DataProto (episode_batch.py); verl's compute_advantage with `cfbench_grpo` (advantage.py)
 gives each row its group's advantage (group id: the proposer's hop count, a solver's question); the role's

@@ -1,6 +1,6 @@
-"""A role's rollouts on verl, as cfbench's loop asks for them (selfevolve/run.py, _Loop.sample -> `spread`).
+"""A role's rollouts on verl, as cfbench's loop asks for them (selfevolve/loop.py, Loop.sample -> `spread`).
 
-_Loop passes each role's engine around and calls spread(asked, engine, retriever, knobs, user_prompts) for the
+Loop passes each role's engine around and calls spread(asked, engine, retriever, knobs, user_prompts) for the
 role's rollouts. Here the engine is a `RoleEngine` (which role samples) and `RoleSampling` is the spread: it wakes
 that role's vLLM replicas and pushes the role's current weights into them (verl's CheckpointEngineManager
 .update_weights), sends the questions to the role's agent-loop workers (protocol v1, agent_loop.py), puts the
@@ -39,7 +39,7 @@ class RoleEngine:
 
 
 class RoleSampling:
-    """_Loop's `spread` on verl (module docstring); `step` is passed to verl's weight push (its logs' global step)."""
+    """Loop's `spread` on verl (module docstring); `step` is passed to verl's weight push (its logs' global step)."""
 
     def __init__(self, roles: dict[str, VerlRole], knobs: Knobs) -> None:
         self.roles, self.knobs, self.step = roles, knobs, 0
