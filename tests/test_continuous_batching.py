@@ -114,7 +114,9 @@ def test_continuous_evaluation_writes_the_lockstep_record_and_resumes(tiny_llama
     suite = load_suite("mini")
     engine = HFBackend.load(resolve(str(tiny_llama)))
     lockstep = evaluate(suite, engine, bm25, KNOBS, tmp_path / "lockstep", batch_size=8)
-    assert "batching" not in json.loads((tmp_path / "lockstep" / "run.json").read_text())  # older records still resume
+    record = json.loads((tmp_path / "lockstep" / "run.json").read_text())
+    assert "batching" not in record  # older records still resume
+    assert "attention" not in record["model"]  # lockstep decodes with SDPA: the per-row attention is stream's
     assert default_batching(engine, tmp_path / "lockstep", resume=True) == "lockstep"
     assert default_batching(engine, tmp_path / "new", resume=False) == "continuous"
 
@@ -132,6 +134,7 @@ def test_continuous_evaluation_writes_the_lockstep_record_and_resumes(tiny_llama
     results = evaluate(suite, engine, bm25, KNOBS, out, batch_size=8, batching="continuous", resume=True)
     assert (out / "trajectories.jsonl").read_bytes() == (tmp_path / "lockstep" / "trajectories.jsonl").read_bytes()
     assert results["scores"] == lockstep["scores"] and results["batching"] == "continuous" and results["segments"] == 2
+    assert results["model"]["attention"] == row_attention.NAME
 
 
 def test_continuous_batching_is_refused_for_an_engine_without_stream(bm25, tmp_path):

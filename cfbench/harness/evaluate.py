@@ -113,12 +113,15 @@ def run_config(
     suite: Suite, backend: Backend, retriever: Retriever, knobs: Knobs, batch_size: int, seed: int, batching: str = "lockstep"
 ) -> dict:
     """Everything that decides the outputs; a resumed run must match it exactly."""
+    model = backend.describe()
+    if batching == "lockstep":  # the per-row attention (backends/row_attention.py) acts in stream's steps only: this run's is SDPA
+        model.pop("attention", None)
     return {
         "suite": {"name": suite.name, "path": portable(suite.path), "sha256": suite.sha256, "n": len(suite.questions)}
         | ({"limit": suite.limit} if suite.limit is not None else {}),  # absent on a whole-suite run: its record is as before
         "protocol": {"version": protocol.PROTOCOL_VERSION, "knobs": knobs.as_dict()},
         "metric_version": metrics.METRIC_VERSION,
-        "model": backend.describe(),
+        "model": model,
         "retriever": retriever.describe(),
         "batch_size": batch_size,
         **({"batching": batching} if batching != "lockstep" else {}),  # records made before continuous batching still resume
