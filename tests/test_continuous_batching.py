@@ -145,3 +145,37 @@ def test_continuous_batching_is_refused_for_an_engine_without_stream(bm25, tmp_p
     with pytest.raises(CfbenchError, match="--batching continuous needs the hf engine"):
         evaluate(load_suite("mini"), Served(), bm25, KNOBS, tmp_path / "run", batching="continuous")
     assert not (tmp_path / "run").exists()  # refused before anything is written
+
+
+def test_a_slots_copy_holds_one_layer_twice_not_the_whole_cache(monkeypatch):
+    """Reallocating the buffers (a longer context placed) and keeping some rows copy layer by layer, each old layer
+    freed before the next is copied: at every allocation at most one layer's old and new buffers are both alive."""
+    import weakref
+
+    layers, slots = 6, Slots(3)
+    kv = [(torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)) for _ in range(layers)]
+    for row in range(3):
+        slots.place(row, kv)
+    peaks = []
+
+    def watched(name):
+        original = getattr(torch.Tensor, name)
+
+        def allocate(self, *args, **kwargs):
+            peaks.append(sum(ref() is not None for ref in old) + len(peaks))
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, allocate)
+
+    for copy in ("new_zeros", "index_select"):
+        old = [weakref.ref(t) for pair in slots.buffers for t in pair]
+        peaks.clear()
+        watched(copy)
+        if copy == "new_zeros":
+            slots.place(0, [(torch.randn(1, 2, 5 + 2 * SLOT_GROW, 4),) * 2 for _ in range(layers)])  # needs more columns on the left
+        else:
+            slots.keep([2, 0])
+        monkeypatch.undo()
+        assert len(peaks) == 2 * layers and all(ref() is None for ref in old)  # every buffer copied, the old ones freed
+        assert max(peaks) <= 2 * layers + 2  # the whole cache once plus one layer (k and v): copying it whole holds it twice
+    assert [r[0][0].shape[-2] for r in (slots.row(0), slots.row(1))] == [5, 5 + 2 * SLOT_GROW]  # kept rows 2 and 0, in that order

@@ -123,7 +123,9 @@ class Slots:
     (continuous batching), so the other rows are neither copied nor waited for. The cache exposes the
     columns [end - longest row, end) as a view, and each row's first column (`step`) lets attention read
     a row from its own start (row_attention.py); the buffers are reallocated (one copy) only when a
-    placed row needs more columns on the left or decoding fills the spare columns on the right.
+    placed row needs more columns on the left or decoding fills the spare columns on the right. A copy
+    (reallocation, `keep`) goes layer by layer, each old layer freed before the next is copied, so it
+    holds one layer twice, not the whole cache (fixed1325 at 32 rows: the cache is GBs).
     """
 
     def __init__(self, rows: int) -> None:
@@ -172,7 +174,9 @@ class Slots:
     def keep(self, rows: list[int]) -> None:
         """Only these rows stay, in this order (one copy of the buffers)."""
         index = torch.tensor(rows, device=self.buffers[0][0].device)
-        self.buffers = [(k.index_select(0, index), v.index_select(0, index)) for k, v in self.buffers]
+        self.cache.layers = []  # its views hold the old buffers: each old layer is freed as soon as its copy is made
+        for i, (k, v) in enumerate(self.buffers):
+            self.buffers[i] = (k.index_select(0, index), v.index_select(0, index))
         self.lengths = [self.lengths[r] for r in rows]
         self._expose()
 
@@ -184,8 +188,8 @@ class Slots:
         """
         width = self.frame.end - self.frame.start
         left = max(left, width) + SLOT_GROW
-        buffers = []
-        for keys, values in self.buffers:
+        self.cache.layers = []  # its views hold the old buffers: each old layer is freed as soon as its copy is made
+        for i, (keys, values) in enumerate(self.buffers):
             batch, heads, _, dim = keys.shape
             new_keys, new_values = (
                 keys.new_zeros(batch, heads, left + SLOT_GROW, dim),
@@ -193,8 +197,7 @@ class Slots:
             )
             new_keys[:, :, left - width : left] = keys[:, :, self.frame.start : self.frame.end]
             new_values[:, :, left - width : left] = values[:, :, self.frame.start : self.frame.end]
-            buffers.append((new_keys, new_values))
-        self.buffers = buffers
+            self.buffers[i] = (new_keys, new_values)
         self.frame.start, self.frame.end = left - width, left
         self._expose()
 
