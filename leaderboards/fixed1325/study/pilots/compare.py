@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cfbench.harness.metrics import score
+
 STUDY = Path(__file__).resolve().parents[1]
 RUNS = {"first cpu recipe": STUDY / "search-r1", "recipe with signal (pilot)": STUDY / "pilots" / "search-r1-cpu"}
 SELF_EVOLUTION_RUNS = {"first cpu recipe": STUDY / "crossfit", "recipe with signal (pilot)": STUDY / "pilots" / "crossfit-cpu"}
@@ -171,6 +173,14 @@ def whole_run_section() -> str:
     if not n:
         return "\n".join([*lines, "(no steps recorded)", "", WHOLE_END])
     signal = sum(x["signal"] > 0 for x in st)
+    seen = answered = rollouts = 0
+    for x in st:
+        for r in _jsonl(path / "rollouts" / f"step-{x['step']}.jsonl"):
+            rollouts += 1
+            retrieved = " ".join(t.get("observation") or "" for t in r["turns"])
+            if score(retrieved, r["golden_answers"])["cover_em"]:  # the passages it read cover a gold answer
+                seen += 1
+                answered += bool(score(r["prediction"] or "", r["golden_answers"])["cover_em"])
     fifth_means = []
     for i in range(5):
         part = st[i * k : (i + 1) * k] if i < 4 else st[4 * k :]
@@ -181,6 +191,8 @@ def whole_run_section() -> str:
         f"- Mean reward, first fifth vs last fifth (95% bootstrap interval of the difference, prompt groups resampled "
         f"within each fifth, 10,000 draws, seed 0): {fifths(st)} (criterion: an interval above zero).",
         f"- Mean reward by fifth: {'; '.join(fifth_means)}.",
+        f"- Rollouts whose retrieved passages cover a gold answer (Cover-EM of the passages' text): {seen:,} of {rollouts:,}; "
+        f"of them, answers that cover it: {answered:,}.",
         "",
         WHOLE_END,
     ]

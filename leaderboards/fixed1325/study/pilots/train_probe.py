@@ -45,8 +45,7 @@ def probe_questions(config: dict, size: int = SIZE) -> list[dict]:
     if drawn + size > len(questions):
         raise SystemExit(f"{config['train_set']}: {len(questions)} questions, {drawn} drawn by the run: no {size} left for a probe")
     return [
-        # one benchmark, the set's name: `cfbench compare` then pairs the probe as a whole (its sources are in the ids)
-        {"id": q.id, "benchmark": config["train_set"], "question": q.question, "golden_answers": list(q.golden_answers)}
+        {"id": q.id, "benchmark": q.benchmark, "question": q.question, "golden_answers": list(q.golden_answers)}
         for q in questions[drawn : drawn + size]
     ]
 
@@ -59,22 +58,29 @@ def evaluate(name: str, model: str) -> None:
     subprocess.run(command, check=True)
 
 
+def _pooled(rows_a: list[dict], rows_b: list[dict]) -> dict[str, dict]:
+    """The leaderboard's paired bootstrap (harness/stats.py) over the probe's questions as one sample: its sources
+    (NQ 181, HotpotQA 19) pooled, each question counted once, rather than averaged as benchmarks."""
+    pooled = [[{**r, "benchmark": "probe"} for r in rows] for rows in (rows_a, rows_b)]
+    return stats.paired(*pooled)["probe"]
+
+
 def report() -> str:
     """STUDY.md's section: each probe run's Cover-EM and EM, paired with the warm start's on the same questions."""
-    runs = {p.name: load_run(p) for p in sorted(RUNS.iterdir()) if (p / "results.json").is_file()} if RUNS.is_dir() else {}
+    found = sorted(RUNS.iterdir(), key=lambda p: (p.name != REFERENCE, p.name)) if RUNS.is_dir() else []  # the reference first
+    runs = {p.name: load_run(p) for p in found if (p / "results.json").is_file()}
     lines = [BEGIN, "", "| model | run | questions | Cover-EM | EM | Cover-EM - warm start (95% CI, p) | EM - warm start (95% CI, p) |"]
     lines.append("| --- | --- | ---: | ---: | ---: | --- | --- |")
     reference = runs.get(REFERENCE)
     for name, run in runs.items():
-        whole = stats.paired(run.rows, run.rows)
         cells = []
         for metric in ("cover_em", "em"):
             if reference is None or name == REFERENCE:
                 cells.append("(reference)" if name == REFERENCE else "-")
                 continue
-            r = next(iter(stats.paired(run.rows, reference.rows).values()))[metric]
+            r = _pooled(run.rows, reference.rows)[metric]
             cells.append(f"{100 * r['delta']:+.1f} [{100 * r['lo']:+.1f}, {100 * r['hi']:+.1f}], p {r['p']:.3f}")
-        part = next(iter(whole.values()))
+        part = _pooled(run.rows, run.rows)
         lines.append(
             f"| {name} | `{run.results['model']['model']}` | {part['cover_em']['n']} | {100 * part['cover_em']['a']:.1f} | "
             f"{100 * part['em']['a']:.1f} | {cells[0]} | {cells[1]} |"
