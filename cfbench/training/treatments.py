@@ -83,8 +83,7 @@ def load_config(
         raise CfbenchError(f"treatment {treatment!r} has no scale {scale!r}: choose one of {', '.join(scales(treatment))}")
     config = config_file(path, treatment)
     for item in settings:
-        if item.partition("=")[0] in _OWN_OPTIONS:
-            key = item.partition("=")[0]
+        if (key := item.partition("=")[0]) in _OWN_OPTIONS:
             raise CfbenchError(f"--set {item!r}: {key} has its own option ({_OWN_OPTIONS[key]}); use that")
     if settings:
         config = with_settings(config, settings)
