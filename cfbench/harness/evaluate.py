@@ -109,19 +109,25 @@ def default_batching(backend: Backend, out: Path, resume: bool) -> str:
     return "continuous" if hasattr(backend, "stream") else "lockstep"
 
 
+def engine_record(backend: Backend, batching: str) -> dict:
+    """The engine's description as a run records it: a lockstep run's without `attention`, since the per-row attention
+    (backends/row_attention.py) acts in stream's decoding steps only and a lockstep run decodes with SDPA."""
+    model = backend.describe()
+    if batching == "lockstep":
+        model.pop("attention", None)
+    return model
+
+
 def run_config(
     suite: Suite, backend: Backend, retriever: Retriever, knobs: Knobs, batch_size: int, seed: int, batching: str = "lockstep"
 ) -> dict:
     """Everything that decides the outputs; a resumed run must match it exactly."""
-    model = backend.describe()
-    if batching == "lockstep":  # the per-row attention (backends/row_attention.py) acts in stream's steps only: this run's is SDPA
-        model.pop("attention", None)
     return {
         "suite": {"name": suite.name, "path": portable(suite.path), "sha256": suite.sha256, "n": len(suite.questions)}
         | ({"limit": suite.limit} if suite.limit is not None else {}),  # absent on a whole-suite run: its record is as before
         "protocol": {"version": protocol.PROTOCOL_VERSION, "knobs": knobs.as_dict()},
         "metric_version": metrics.METRIC_VERSION,
-        "model": model,
+        "model": engine_record(backend, batching),
         "retriever": retriever.describe(),
         "batch_size": batch_size,
         **({"batching": batching} if batching != "lockstep" else {}),  # records made before continuous batching still resume

@@ -46,7 +46,7 @@ def verify(
     from cfbench.harness.agent import run_batch
     from cfbench.harness.backends.hf import HFBackend
     from cfbench.harness.checkpoints import resolve
-    from cfbench.harness.evaluate import trajectory_row
+    from cfbench.harness.evaluate import engine_record, trajectory_row
     from cfbench.harness.retrievers.choose import retriever_for
     from cfbench.harness.suite import load_suite
 
@@ -86,7 +86,7 @@ def verify(
         threads=recorded.get("threads"),
         linear=recorded.get("linear", "torch"),
     )
-    now = backend.describe()
+    now = engine_record(backend, results.get("batching", "lockstep"))
     difference = settings_difference(_settings(recorded), _settings(now))
     if difference:
         raise CfbenchError(f"{entry}: this machine cannot re-run it with the recorded settings (model.{difference})")

@@ -247,6 +247,7 @@ class HFBackend(TokenizedEngine):
             own = live[row] if row < len(live) else None
             past_ids, past_kv = (own.ids, slots.row(row)) if own is not None else (prefix_ids, prefix_kv)
             logits, kv = self._extend(ids, _common(ids, past_ids) if past_kv else 0, past_kv)
+            past_kv = None  # views into the slots' buffers: a reallocation in place() could not free the old ones
             if row == len(live):
                 live.append(None)
             slots.place(row, kv)
