@@ -81,7 +81,7 @@ def check_config(config: TrainingConfig, out: Path, resume: bool) -> None:
         key = differing[0]
         raise CfbenchError(
             f"--resume: knob {key} was {old.get(key)!r} in {saved}, now {new.get(key)!r}; resume with the run's own settings "
-            f"(as the run was started, e.g. --set {key}={json.dumps(old.get(key))})"
+            f"(the options and --set it was started with)"
         )
 
 

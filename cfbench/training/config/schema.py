@@ -158,14 +158,18 @@ def to_json(config: Any) -> dict:
 def with_settings(config: C, settings: tuple[str, ...]) -> C:
     """`config` with the command line's `--set KEY=VALUE` settings: KEY a knob's JSON name, dotted into a section
     (knobs.max_obs_tokens), VALUE read as JSON (1e-3, true, [1, 2], "text") or else taken as a string; the result
-    is checked like a config file, every error naming the setting. A knob set in a section keeps its siblings."""
-    data = to_json(config)
+    is checked like a config file, every error naming the setting. A knob set in a section keeps its siblings; a
+    section given whole (--set 'knobs={...}') replaces it, its knobs left out taking their defaults."""
+    data, seen = to_json(config), set()
     for item in settings:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise CfbenchError(f"--set {item!r}: write KEY=VALUE, e.g. --set learning_rate=1e-3 or --set knobs.max_obs_tokens=500")
+        if key in seen:
+            raise CfbenchError(f"--set {item!r}: {key} is set twice; give each knob once")
+        seen.add(key)
         try:
-            value = json.loads(text)
+            value = json.loads(text, parse_constant=_finite_only)
         except json.JSONDecodeError:
             value = text
         *path, last = key.split(".")
@@ -178,6 +182,10 @@ def with_settings(config: C, settings: tuple[str, ...]) -> C:
             node = node[name]
         node[last] = value
     return parse(type(config), data, f"--set {' '.join(settings)}")
+
+
+def _finite_only(name: str) -> float:
+    raise CfbenchError(f"--set: {name} is not a finite number; give a number such as 1e-3")
 
 
 def config_text(config: Any) -> str:

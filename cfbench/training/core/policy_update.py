@@ -14,7 +14,7 @@ any process) runs no forward or backward pass and takes no optimizer or schedule
 otherwise keep moving the weights along its first moment (each earlier update applied again, decayed
 by beta1 a step) and advance its moments and step count, and a warmup would spend a step on nothing.
 In a step that does have signal, the knob also skips the forward and backward passes of micro-batches
-whose advantages are all zero (one update per batch, one process): with no KL term their loss is 0 x
+whose advantages are all zero (one update per batch, one process, no dropout): with no KL term their loss is 0 x
 log-probs, whose gradient is exactly zero, so the weights come out bit for bit as with the passes run
 (test_training_policy_update), and at the cpu recipe's share of groups with signal (about a third) the
 update costs about a third. The loss and sampler_gap are then over the micro-batches that ran.
@@ -89,9 +89,10 @@ def update(role, accelerator, episodes: list[Episode], config, pad_id: int, refe
     batches = mini_batches(len(episodes), objective.updates_per_batch)
     step = config.micro_batch
     parts = [[(first, min(first + step, part.stop)) for first in range(part.start, part.stop, step)] for part in batches]
-    if config.skip_empty_updates and len(parts) == 1 and accelerator.num_processes == 1:
+    if config.skip_empty_updates and len(parts) == 1 and accelerator.num_processes == 1 and not _drops_out(model):
         # one part: it holds a non-zero advantage (checked above), so its optimizer step is taken as before;
-        # with several processes every one must run the same backward passes (their gradients are reduced in them)
+        # with several processes every one must run the same backward passes (their gradients are reduced in them);
+        # with dropout a pass left out would leave the random stream, and so the later passes' masks, elsewhere
         parts = [[span for span in parts[0] if advantages[span[0] : span[1]].any()]]
     rows = {span: [t.to(device) for t in collate(episodes[span[0] : span[1]], pad_id)] for part in parts for span in part}
     sampled = {span: sampled_logprobs(episodes[span[0] : span[1]]).to(device) for span in parts[0]}
@@ -126,6 +127,12 @@ def update(role, accelerator, episodes: list[Episode], config, pad_id: int, refe
         losses.append(total)
     role.scheduler.step()
     return UpdateStats(sum(losses) / len(losses), sum(norms) / len(norms), **tally.stats(bool(ref), bool(old)), groups_with_signal=signal)
+
+
+def _drops_out(model) -> bool:
+    """Whether a training forward pass draws random numbers: a dropout layer or the attention's dropout above 0."""
+    layers = any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
+    return layers or bool(getattr(getattr(model, "config", None), "attention_dropout", 0.0))
 
 
 def _any_advantage(advantages: torch.Tensor, accelerator) -> bool:

@@ -170,8 +170,8 @@ def whole_run_section() -> str:
     st = summary(path, config["steps"])["steps"]
     n, k = len(st), len(st) // 5
     lines = [WHOLE_BEGIN, ""]
-    if not n:
-        return "\n".join([*lines, "(no steps recorded)", "", WHOLE_END])
+    if not k:
+        return "\n".join([*lines, f"({n} steps recorded: fewer than a step a fifth)", "", WHOLE_END])
     signal = sum(x["signal"] > 0 for x in st)
     seen = answered = rollouts = 0
     for x in st:
@@ -183,7 +183,7 @@ def whole_run_section() -> str:
                 answered += bool(score(r["prediction"] or "", r["golden_answers"])["cover_em"])
     fifth_means = []
     for i in range(5):
-        part = st[i * k : (i + 1) * k] if i < 4 else st[4 * k :]
+        part = st[i * k : (i + 1) * k] if i < 4 else st[-k:]  # as fifths(): the last k steps
         groups = [g for x in part for g in x["group_rewards"]]
         fifth_means.append(f"steps {part[0]['step']}-{part[-1]['step']}: {sum(groups) / len(groups):.3f}")
     lines += [
@@ -221,7 +221,7 @@ def _mean_of(metrics: dict, key: str, steps: range, digits: int = 2) -> str:
 
 def learning_rate_section() -> str:
     runs = {lr: summary(path) for lr, path in LR_RUNS.items() if (path / "metrics.jsonl").is_file()}
-    reference = runs["2e-4"]
+    reference = runs.get("2e-4")
     lines = [
         LR_BEGIN,
         "",
@@ -234,7 +234,7 @@ def learning_rate_section() -> str:
         st = run["steps"]
         early, late = [x for x in st if x["step"] <= 10], [x for x in st if x["step"] > 10]
         reward = [f"{sum(x['reward'] for x in part) / len(part):.3f}" if part else "-" for part in (early, late)]
-        versus = "(reference)" if run is reference else paired(run, reference, 11)
+        versus = "(reference)" if run is reference else paired(run, reference, 11) if reference else "-"
         lines.append(
             f"| {lr} | {len(st)} | {reward[0]} | {reward[1]} | {versus} | {_mean_of(metrics, 'well_formed', range(1, 11))} | "
             f"{_mean_of(metrics, 'well_formed', range(11, 21))} | {_mean_of(metrics, 'response_tokens', range(1, 11), 0)} | "

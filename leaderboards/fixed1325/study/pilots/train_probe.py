@@ -50,6 +50,14 @@ def probe_questions(config: dict, size: int = SIZE) -> list[dict]:
     ]
 
 
+def never_drawn(ids: set[str]) -> None:
+    """Exit unless no step of the run drew any of `ids`, read off the run's own rollouts (were the run extended past
+    the steps the probe was written for, its later steps would draw the probe's questions)."""
+    drawn = {json.loads(line)["id"].rsplit("#", 1)[0] for f in (RUN / "rollouts").glob("step-*.jsonl") for line in f.open()}
+    if overlap := drawn & ids:
+        raise SystemExit(f"{RUN}: the run drew {len(overlap)} probe questions (e.g. {min(overlap)}); write the probe again")
+
+
 def evaluate(name: str, model: str) -> None:
     """The probe answered by `model` into runs/NAME (resumed where a run stopped), as the module docstring says."""
     out = RUNS / name
@@ -69,6 +77,7 @@ def report() -> str:
     """STUDY.md's section: each probe run's Cover-EM and EM, paired with the warm start's on the same questions."""
     found = sorted(RUNS.iterdir(), key=lambda p: (p.name != REFERENCE, p.name)) if RUNS.is_dir() else []  # the reference first
     runs = {p.name: load_run(p) for p in found if (p / "results.json").is_file()}
+    never_drawn({json.loads(line)["id"] for line in PROBE.open()})
     lines = [BEGIN, "", "| model | run | questions | Cover-EM | EM | Cover-EM - warm start (95% CI, p) | EM - warm start (95% CI, p) |"]
     lines.append("| --- | --- | ---: | ---: | ---: | --- | --- |")
     reference = runs.get(REFERENCE)
@@ -110,9 +119,7 @@ def main() -> None:
         return study.write_text(re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: section, text, flags=re.DOTALL))
     config = json.loads((RUN / "config.json").read_text())
     rows = probe_questions(config)
-    drawn = {json.loads(line)["id"].rsplit("#", 1)[0] for f in (RUN / "rollouts").glob("step-*.jsonl") for line in f.open()}
-    if overlap := drawn & {r["id"] for r in rows}:  # the run's own record of what it trained on, against the order above
-        raise SystemExit(f"{RUN}: the run drew {len(overlap)} probe questions (e.g. {min(overlap)}): the order is not the trainer's")
+    never_drawn({r["id"] for r in rows})
     PROBE.parent.mkdir(parents=True, exist_ok=True)
     PROBE.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     print(f"{PROBE}: {len(rows)} questions of {config['train_set']} that the run's {config['steps']} steps never drew")
