@@ -2,7 +2,7 @@
 # The 135M study's remaining work, in order, each piece resumed where it stopped and skipped when done
 # (STUDY.md). Run from the repository root with the project's venv activated, in the background:
 #   . .venv/bin/activate && nohup nice -n 10 leaderboards/fixed1325/study/run.sh >> runs/study.log 2>&1 &
-# Arguments pick pieces (eval:T, train:T, pilot:T, replay) and their order instead of the whole list, e.g. `run.sh train:crossfit eval:msv`
+# Arguments pick pieces (eval:T, train:T, pilot:T, probe:T, replay) and their order instead of the whole list, e.g. `run.sh train:crossfit eval:msv`
 # (a sitting with about 2 hours left trains first: an evaluation can stop anywhere, a training cannot).
 # First the fixed1325 evaluations of the finished trainings (unfinished ones live in
 # leaderboards/fixed1325/pending/, a few MB of text, so a sitting can stop anywhere), then the
@@ -52,6 +52,14 @@ pilot() {  # the first 20 steps of a treatment, a checkpoint after each (kept ou
   cfbench train --treatment "$t" --scale cpu --steps 20 --save-every 1 --out "$out" --threads 2 $([ -f "$out/config.json" ] && echo --resume)
 }
 
+probe() {  # the held-out training-set probe (study/pilots/train_probe.py) of a finished training's last checkpoint
+  local t=$1 last
+  finished "$study/$t" || return 0
+  last=$(ls -d "$study/$t"/checkpoint-* | sort -t- -k2 -n | tail -1)
+  grep -qs "\"model\": \"$last\"" leaderboards/fixed1325/study/pilots/probe/runs/*/results.json && return 0  # probed already
+  python3 leaderboards/fixed1325/study/pilots/train_probe.py eval "$tag-$t" "$last"
+}
+
 replay() {  # the fixed-bank replay of the Dr. Zero run: every question its solver steps admitted, judged by the sheet
   # (references copied from the run's audit sheet); a variant trained is kept, so a stop anywhere loses at most one
   cfbench replay "$study/dr-zero" --bank 47 --feedback coupled --feedback source-id --feedback same-source \
@@ -70,7 +78,8 @@ for piece in "$@"; do
     eval:*) evaluate "${piece#eval:}" ;;
     train:*) train "${piece#train:}" ;;
     pilot:*) pilot "${piece#pilot:}" ;;
+    probe:*) probe "${piece#probe:}" ;;
     replay) replay ;;
-    *) echo "run.sh: '$piece' is none of eval:TREATMENT, train:TREATMENT, pilot:TREATMENT, replay" >&2; exit 2 ;;
+    *) echo "run.sh: '$piece' is none of eval:TREATMENT, train:TREATMENT, pilot:TREATMENT, probe:TREATMENT, replay" >&2; exit 2 ;;
   esac
 done
