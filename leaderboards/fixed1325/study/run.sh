@@ -29,13 +29,17 @@ sys.exit(0 if rows and rows[-1]["step"] == steps and (run / f"checkpoint-{steps}
 EOF
 }
 
+last_checkpoint() {  # a run's checkpoint with the highest step
+  ls -d "$1"/checkpoint-* | sort -t- -k2 -n | tail -1
+}
+
 evaluate() {  # fixed1325 of a finished training's last checkpoint, into pending/ until it is added to the leaderboard
   local t=$1
   local out=$pending/$tag-$t
   finished "$study/$t" || return 0
   [ -f "$out/results.json" ] && return 0
   local last
-  last=$(ls -d "$study/$t"/checkpoint-* | sort -t- -k2 -n | tail -1)
+  last=$(last_checkpoint "$study/$t")
   grep -qs "\"model\": \"$last\"" leaderboards/fixed1325/runs/*/results.json && return 0  # already published
   cfbench eval --ckpt "$last" --suite fixed1325 --out "$out" --threads 2 --batch-size 32 --linear torch $([ -f "$out/run.json" ] && echo --resume)
 }
@@ -55,7 +59,7 @@ pilot() {  # the first 20 steps of a treatment, a checkpoint after each (kept ou
 probe() {  # the held-out training-set probe (study/pilots/train_probe.py) of a finished training's last checkpoint
   local t=$1 last
   finished "$study/$t" || return 0
-  last=$(ls -d "$study/$t"/checkpoint-* | sort -t- -k2 -n | tail -1)
+  last=$(last_checkpoint "$study/$t")
   grep -qs "\"model\": \"$last\"" leaderboards/fixed1325/study/pilots/probe/runs/*/results.json && return 0  # probed already
   python3 leaderboards/fixed1325/study/pilots/train_probe.py eval "$tag-$t" "$last"
 }

@@ -65,6 +65,8 @@ def summary(run: Path, last: int = STEPS) -> dict:
     per_step = []
     for s in steps:
         rows = _jsonl(run / "rollouts" / f"step-{s}.jsonl")
+        # rollouts whose retrieved passages cover a gold answer (Cover-EM of their text), and of them those answered with it
+        covered = [r for r in rows if score(" ".join(t.get("observation") or "" for t in r["turns"]), r["golden_answers"])["cover_em"]]
         groups = {g: {r["reward"] for r in members} for g, members in _members(rows).items()}
         per_step.append(
             {
@@ -73,6 +75,8 @@ def summary(run: Path, last: int = STEPS) -> dict:
                 "groups_by_question": {q: sum(r["reward"] for r in v) / len(v) for q, v in _members(rows).items()},
                 "rollouts": len(rows),
                 "rewarded": sum(r["reward"] > 0 for r in rows),
+                "covered": len(covered),
+                "covered_answered": sum(bool(score(r["prediction"] or "", r["golden_answers"])["cover_em"]) for r in covered),
                 "reward": sum(r["reward"] for r in rows) / len(rows),
                 "groups": len(groups),
                 "signal": sum(len(v) > 1 for v in groups.values()),
@@ -177,14 +181,6 @@ def whole_run_section() -> str:
     if not k:
         return "\n".join([*lines, f"({n} steps recorded: fewer than a step a fifth)", "", WHOLE_END])
     signal = sum(x["signal"] > 0 for x in st)
-    seen = answered = rollouts = 0
-    for x in st:
-        for r in _jsonl(path / "rollouts" / f"step-{x['step']}.jsonl"):
-            rollouts += 1
-            retrieved = " ".join(t.get("observation") or "" for t in r["turns"])
-            if score(retrieved, r["golden_answers"])["cover_em"]:  # the passages it read cover a gold answer
-                seen += 1
-                answered += bool(score(r["prediction"] or "", r["golden_answers"])["cover_em"])
     fifth_means = []
     for i in range(5):
         part = st[i * k : (i + 1) * k] if i < 4 else st[-k:]  # as fifths(): the last k steps
@@ -195,8 +191,8 @@ def whole_run_section() -> str:
         f"- Mean reward, first fifth vs last fifth (95% bootstrap interval of the difference, prompt groups resampled "
         f"within each fifth, 10,000 draws, seed 0): {fifths(st)} (criterion: an interval above zero).",
         f"- Mean reward by fifth: {'; '.join(fifth_means)}.",
-        f"- Rollouts whose retrieved passages cover a gold answer (Cover-EM of the passages' text): {seen:,} of {rollouts:,}; "
-        f"of them, answers that cover it: {answered:,}.",
+        f"- Rollouts whose retrieved passages cover a gold answer (Cover-EM of the passages' text): {_total(st, 'covered'):,} of "
+        f"{_total(st, 'rollouts'):,}; of them, answers that cover it: {_total(st, 'covered_answered'):,}.",
         fixed1325_line(path / f"checkpoint-{config['steps']}"),
         "",
         WHOLE_END,
@@ -328,7 +324,8 @@ def self_evolution_section() -> str:
     return "\n".join(lines)
 
 
-def _replace(text: str, begin: str, end: str, section: str) -> str:
+def replace_section(text: str, begin: str, end: str, section: str) -> str:
+    """STUDY.md's `text` with the generated section between `begin` and `end` (markers included) replaced."""
     if begin not in text or end not in text:
         raise SystemExit(f"STUDY.md: no markers {begin} ... {end}; add them where the section goes")
     return re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: section, text, flags=re.DOTALL)
@@ -350,7 +347,7 @@ def main() -> None:
     study = STUDY.parent / "STUDY.md"
     text = study.read_text()
     for (begin, end), body in sections.items():
-        text = _replace(text, begin, end, body)
+        text = replace_section(text, begin, end, body)
     study.write_text(text)
 
 

@@ -22,7 +22,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from compare import share_ci  # this folder's pilot comparison (run as a script, the folder is on sys.path)
+from compare import replace_section, share_ci  # this folder's pilot comparison (run as a script, the folder is on sys.path)
 
 STUDY = Path(__file__).resolve().parents[1]
 RECORDS = Path(__file__).resolve().parent / "proposer"
@@ -123,10 +123,7 @@ def main() -> None:
         print(text)
         return
     study = STUDY.parent / "STUDY.md"
-    old = study.read_text()
-    if BEGIN not in old or END not in old:
-        raise SystemExit(f"{study}: no proposer probe markers ({BEGIN} ... {END}); add them where the section goes")
-    study.write_text(re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: text, old, flags=re.DOTALL))
+    study.write_text(replace_section(study.read_text(), BEGIN, END, text))
 
 
 if __name__ == "__main__":

@@ -19,9 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 import subprocess
 from pathlib import Path
+
+from compare import replace_section  # this folder's pilot comparison (run as a script, the folder is on sys.path)
 
 from cfbench.harness import stats
 from cfbench.leaderboard.store import load_run
@@ -89,10 +90,9 @@ def report() -> str:
                 continue
             r = _pooled(run.rows, reference.rows)[metric]
             cells.append(f"{100 * r['delta']:+.1f} [{100 * r['lo']:+.1f}, {100 * r['hi']:+.1f}], p {r['p']:.3f}")
-        part = _pooled(run.rows, run.rows)
+        cover_em, em = (100 * sum(r["scores"][m] for r in run.rows) / len(run.rows) for m in ("cover_em", "em"))
         lines.append(
-            f"| {name} | `{run.results['model']['model']}` | {part['cover_em']['n']} | {100 * part['cover_em']['a']:.1f} | "
-            f"{100 * part['em']['a']:.1f} | {cells[0]} | {cells[1]} |"
+            f"| {name} | `{run.results['model']['model']}` | {len(run.rows)} | {cover_em:.1f} | {em:.1f} | {cells[0]} | {cells[1]} |"
         )
     return "\n".join([*lines, "", END])
 
@@ -113,10 +113,7 @@ def main() -> None:
         section, study = report(), STUDY.parent / "STUDY.md"
         if args.print:
             return print(section)
-        text = study.read_text()
-        if BEGIN not in text or END not in text:
-            raise SystemExit(f"{study}: no markers {BEGIN} ... {END}; add them where the section goes")
-        return study.write_text(re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: section, text, flags=re.DOTALL))
+        return study.write_text(replace_section(study.read_text(), BEGIN, END, section))
     config = json.loads((RUN / "config.json").read_text())
     rows = probe_questions(config)
     never_drawn({r["id"] for r in rows})
