@@ -179,3 +179,25 @@ def test_a_slots_copy_holds_one_layer_twice_not_the_whole_cache(monkeypatch):
         assert len(peaks) == 2 * layers and all(ref() is None for ref in old)  # every buffer copied, the old ones freed
         assert max(peaks) <= 2 * layers + 2  # the whole cache once plus one layer (k and v): copying it whole holds it twice
     assert [r[0][0].shape[-2] for r in (slots.row(0), slots.row(1))] == [5, 5 + 2 * SLOT_GROW]  # kept rows 2 and 0, in that order
+
+
+def test_a_continued_row_does_not_pin_its_old_buffers_through_a_reallocation(tiny_llama, bm25, monkeypatch):
+    """A continuation extends its row's K/V, read as views into the Slots buffers; placing it can reallocate them, and
+    the old buffers' memory must be free when that copy ends (a view held across it keeps the whole old cache). The
+    storages are watched, not the tensors: a view keeps its base's storage alive, not the base tensor object."""
+    import weakref
+
+    from cfbench.harness.backends import kv
+
+    reallocate, alive = Slots._reallocate, []
+
+    def watched(self, left):
+        old = [weakref.ref(t.untyped_storage()) for pair in self.buffers for t in pair]
+        reallocate(self, left)
+        alive.append(sum(ref() is not None for ref in old))
+
+    monkeypatch.setattr(Slots, "_reallocate", watched)
+    monkeypatch.setattr(kv, "SLOT_GROW", 1)  # spare columns for one token: continuations' placements reallocate
+    engine = HFBackend.load(resolve(str(tiny_llama)))
+    run_stream(load_suite("mini").questions[:10], engine, bm25, KNOBS, rows=3)
+    assert len(alive) > 5 and alive == [0] * len(alive)
