@@ -27,6 +27,7 @@ def test_study_tables_are_regenerated_from_the_records():
     generated = tables.blocks()
     assert set(generated) == {
         "results",
+        "orderings",
         "round3",
         "cost",
         "replay",
@@ -67,12 +68,12 @@ def test_the_committed_judge_agreement_is_what_compare_judges_gives(monkeypatch)
 
 
 def test_the_pilot_sections_are_what_their_scripts_write_from_the_records():
-    """STUDY.md's pilot tables (Search-R1, its whole run, its learning rates and CrossFit: compare.py; the proposer's
-    start: proposer_probe.py; the training-set probe: train_probe.py) are the scripts' output on the committed
-    records, verbatim."""
+    """STUDY.md's pilot tables (Search-R1, its whole run, its learning rates, CrossFit and the self-evolution runs:
+    compare.py; the proposer's start: proposer_probe.py; the training-set probe: train_probe.py) are the scripts'
+    output on the committed records, verbatim."""
     pilots = REPO / "leaderboards" / "fixed1325" / "study" / "pilots"
     text = (REPO / "leaderboards" / "fixed1325" / "STUDY.md").read_text(encoding="utf-8")
-    sections_written = {"compare.py": 4, "proposer_probe.py": 1, "train_probe.py": 1}
+    sections_written = {"compare.py": 5, "proposer_probe.py": 1, "train_probe.py": 1}
     for command in (["compare.py", "--print"], ["proposer_probe.py", "table", "--print"], ["train_probe.py", "report", "--print"]):
         result = subprocess.run([sys.executable, *command], cwd=pilots, capture_output=True, text=True)
         assert result.returncode == 0, result.stderr

@@ -3,7 +3,7 @@
 Each table sits in STUDY.md between `<!-- generated: NAME -->` and `<!-- end: NAME -->`; --write
 replaces them with what the records give now, --check (what tests/test_study_tables.py runs) exits 1
 naming every block that differs. Sources, all committed:
-- results, status, checks, changes: the leaderboard's ranks (leaderboards/fixed1325/results.json), the
+- results, orderings, status, checks, changes: the leaderboard's ranks (leaderboards/fixed1325/results.json), the
   stored runs (leaderboards/fixed1325/runs/, rescored from their predictions by cfbench.leaderboard.store)
   and the paired bootstrap of cfbench.harness.stats (docs/protocol.md §3.5), the same code the
   leaderboard uses;
@@ -43,6 +43,17 @@ UNTRAINED = "1b65c44e5254cce3"  # SmolLM2-135M untrained, stored with scores onl
 REPORTED_BASE = "Base (Qwen3.5, untrained)"  # the study's Base row in reported.py
 STUDY_F3 = {"Dr. Zero": (0.061, 0.088), "MSV": (0.057, 0.072), "CrossFit": (0.030, 0.037)}  # protocol.md §7, round 3, 4B / 9B
 SHEET = "sheet-llm-annotators"
+# The study's orderings of avg7 (reported.py): each pair (higher, lower) that a claim of the study rests on.
+ORDERINGS = [
+    ("Search-R1", "Base (warm start)"),
+    ("Dr. Zero", "Base (warm start)"),
+    ("MSV", "Dr. Zero"),
+    ("CrossFit", "Dr. Zero"),
+    ("CrossFit", "Search-R1"),
+    ("MSV+CrossFit", "CrossFit"),
+    ("MSV+CrossFit", "MSV"),
+]
+SIGNAL = STUDY / "signal"  # the recipe with signal's trainings (issue 35): study/signal/<folder>
 BENCHMARK_NAMES = {"2wikimultihopqa": "2wiki"}
 
 
@@ -114,6 +125,45 @@ def results(loaded: dict) -> str:
                 ]
             )
         )
+    return "\n".join(out)
+
+
+def signal_runs(loaded: dict) -> dict[str, object]:
+    """The recipe with signal's fixed1325 entries, found by the checkpoint they evaluated (study/signal/<folder>/...),
+    the warm start shared with the first recipe; a treatment without a published entry is left out."""
+    out = {"Base (warm start)": loaded["Base (warm start)"]}
+    for treatment, (_, folder) in TREATMENTS.items():
+        model = f"{SIGNAL.relative_to(SUITE.parents[1])}/{folder}/"
+        for entry in sorted((SUITE / "runs").glob("*/results.json")):
+            if folder and json.loads(entry.read_text())["model"].get("model", "").startswith(model):
+                out[treatment] = load_run(entry.parent)
+    return out
+
+
+def _ordering(runs: dict, higher: str, lower: str) -> str:
+    """higher - lower at 135M (avg7 Cover-EM, paired bootstrap) and whether it reproduces the study's direction."""
+    if higher not in runs or lower not in runs:
+        return "not evaluated yet"
+    a, b = runs[higher], runs[lower]
+    if same_trajectories(a, b) == len(a.trajectories) == len(b.trajectories):
+        return f"0.0 (all {len(a.trajectories):,} trajectories identical): no"
+    r = stats.paired(a.rows, b.rows)["avg7"]["cover_em"]
+    verdict = "yes" if r["delta"] > 0 and r["p"] < 0.05 else "reversed" if r["p"] < 0.05 else "no (not significant)"
+    return f"{interval(r)} ({p_text(r['p'])}): {verdict}"
+
+
+def orderings(loaded: dict) -> str:
+    """Each of the study's orderings: its reported difference and the 135M difference under each recipe."""
+    study = {r["treatment"]: r["avg7"] for r in reported("fixed1325")["rows"]}
+    study["Base (warm start)"] = study[REPORTED_BASE]
+    signal = signal_runs(loaded)
+    out = [
+        row(["ordering (higher > lower)", "study 4B / 9B", "135M, first cpu recipe: reproduces?", "135M, recipe with signal: reproduces?"]),
+        row(["---"] * 4),
+    ]
+    for higher, lower in ORDERINGS:
+        reported_diff = " / ".join(signed(study[higher][scale] - study[lower][scale]) for scale in ("Qwen3.5-4B", "Qwen3.5-9B"))
+        out.append(row([f"{higher} > {lower}", reported_diff, _ordering(loaded, higher, lower), _ordering(signal, higher, lower)]))
     return "\n".join(out)
 
 
@@ -446,6 +496,7 @@ def blocks() -> dict[str, str]:
         "pooled": pooled(),
         "judges": judges(),
         "results": results(loaded),
+        "orderings": orderings(loaded),
         "round3": round3(),
         "cost": cost(),
         "replay": replay(),
