@@ -282,3 +282,31 @@ def test_the_proposer_starts_from_proposer_model_and_resumes_from_it(tmp_path, t
         embed = load_file(start / "model.safetensors")["model.embed_tokens.weight"]
         assert torch.equal(merged["model.embed_tokens.weight"], embed), role  # not an adapted module: the start's own weights
     assert not torch.equal(load_file(other / "model.safetensors")["model.embed_tokens.weight"], embed)  # the check tells them apart
+
+
+def test_the_proposer_samples_and_updates_at_proposer_temperature_and_the_solvers_at_temperature(tmp_path, tiny_llama, monkeypatch):
+    """knob proposer_temperature: the proposer's engine samples at it and its update's log-probs divide by it (the ratio
+    compares like with like); every solver keeps the config's temperature. Absent, the proposer keeps it too."""
+    from cfbench.training.selfevolve import run
+
+    seen = []
+    sampler, update = run.sampler, run.update
+
+    def sampling(accelerator, role, tokens, ckpt, config, step, stream, *args):
+        seen.append(("sample", stream, config.temperature))
+        return sampler(accelerator, role, tokens, ckpt, config, step, stream, *args)
+
+    def updating(role, accelerator, episodes, config, *args):
+        seen.append(("update", None, config.temperature))
+        return update(role, accelerator, episodes, config, *args)
+
+    monkeypatch.setattr(run, "sampler", sampling)
+    monkeypatch.setattr(run, "update", updating)
+    train(config("dr-zero", 1, 1) | {"model": str(tiny_llama), "proposer_temperature": 0.5}, tmp_path / "cooler")
+    assert ("sample", "proposer", 0.5) in seen and ("sample", "main", 1.0) in seen
+    assert [t for kind, _, t in seen if kind == "update"] == [0.5]  # step 1 updates the proposer only
+    seen.clear()
+    train(config("dr-zero", 1, 1) | {"model": str(tiny_llama)}, tmp_path / "default")
+    assert ("sample", "proposer", 1.0) in seen and [t for kind, _, t in seen if kind == "update"] == [1.0]
+    assert "proposer_temperature" not in json.loads((tmp_path / "default" / "config.json").read_text())  # older runs resume
+    assert json.loads((tmp_path / "cooler" / "config.json").read_text())["proposer_temperature"] == 0.5

@@ -60,6 +60,8 @@ def test_self_evolution_roles_carry_dr_zeros_optimiser():
     assert {r["actor_rollout_ref"]["model"]["path"] for r in roles.values()} == {"Qwen/Qwen3.5-4B"}
     own = verl_configs(load_config("crossfit", "paper") | {"proposer_model": "/ckpt/proposer-start"}, OUT, 8)
     assert [r["actor_rollout_ref"]["model"]["path"] for r in own.values()] == ["/ckpt/proposer-start", *["Qwen/Qwen3.5-4B"] * 3]
+    cooler = verl_configs(load_config("crossfit", "paper") | {"proposer_temperature": 0.5}, OUT, 8)  # the proposer's alone
+    assert [r["actor_rollout_ref"]["rollout"]["temperature"] for r in cooler.values()] == [0.5, 1.0, 1.0, 1.0]
 
 
 def test_dotlist_is_hydras_command_line_form():

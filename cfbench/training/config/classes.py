@@ -16,7 +16,7 @@ reads one back, so a resume compares typed configs.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -117,6 +117,9 @@ class ProposerWarmStartConfig(WarmStartConfig):
     TREATMENT = "warm-start-proposer"
 
 
+SAMPLING_TEMPERATURE = Rule("a number in (0, 2] (rollouts are sampled)", lambda v: POSITIVE.holds(v) and v <= 2)
+
+
 @dataclass(frozen=True, kw_only=True)
 class RLConfig(TrainingConfig):
     """The GRPO treatments: AdamW with a constant learning rate after a linear warmup, clipping at max_grad_norm.
@@ -129,7 +132,7 @@ class RLConfig(TrainingConfig):
     prompts_per_step: int = knob(INT_FROM_1)
     samples_per_prompt: int = knob(INT_FROM_1)
     rollout_rows: int | None = knob(or_absent(INT_FROM_1), None, omit_default=True)  # trajectories sampled at once (core/rollouts.py)
-    temperature: float = knob(Rule("a number in (0, 2] (rollouts are sampled)", lambda v: POSITIVE.holds(v) and v <= 2))
+    temperature: float = knob(SAMPLING_TEMPERATURE)
     learning_rate: float = knob(OPEN_UNIT)
     warmup_steps: int = knob(INT_FROM_0)
     warmup_ratio: float = knob(Rule("a number in [0, 1)", lambda v: FRACTION.holds(v) and v < 1), 0.0, omit_default=True)
@@ -177,6 +180,10 @@ class RLConfig(TrainingConfig):
     def warmup(self, updates: int) -> int:
         """Scheduler steps of linear warmup for a role that takes `updates` steps in the run (verl rounds the ratio down)."""
         return self.warmup_steps or int(self.warmup_ratio * updates)
+
+    def for_role(self, role: str) -> RLConfig:
+        """The config role `role` samples and updates with (every role's is this one, except where a subclass says)."""
+        return self
 
     def start_model(self, role: str) -> str:
         """The model role `role` starts from (core/learner.py start_roles)."""
@@ -227,6 +234,9 @@ class SelfEvolutionConfig(RLConfig):
     allow_eval_corpus: bool = knob(FLAG, False, omit_default=True)  # absent (not false) otherwise: older runs resume
     # the proposer's own starting model (the bundled smollm2-135m-propose at cpu scale); absent: model, as runs before it
     proposer_model: str | None = knob(or_absent(TEXT), None, omit_default=True)
+    # the proposer's sampling temperature, for its rollouts and its update's log-probs; the solvers keep temperature;
+    # absent: temperature, as runs before it
+    proposer_temperature: float | None = knob(or_absent(SAMPLING_TEMPERATURE), None, omit_default=True)
 
     @property
     def scheduled_steps(self) -> int:
@@ -253,6 +263,12 @@ class SelfEvolutionConfig(RLConfig):
                 f"control {self.control!r} and aux_budget {self.aux_budget!r} need auxiliary solvers: "
                 "use them with crossfit or msv-crossfit"
             )
+
+    def for_role(self, role: str) -> SelfEvolutionConfig:
+        """The config `role` samples and updates with: the proposer's temperature is proposer_temperature when set."""
+        if role == "proposer" and self.proposer_temperature is not None:
+            return replace(self, temperature=self.proposer_temperature)
+        return self
 
     def start_model(self, role: str) -> str:
         return self.proposer_model if role == "proposer" and self.proposer_model else self.model

@@ -88,13 +88,15 @@ def self_evolve(
         }
         scripted = proposer_engine(step) if proposer_engine else None
         engines["proposer"] = scripted or sampler(
-            accelerator, roles["proposer"], tokens, starts["proposer"], config, step, "proposer", served, False
+            accelerator, roles["proposer"], tokens, starts["proposer"], config.for_role("proposer"), step, "proposer", served, False
         )
         state = loop.rollouts(
             step, tasks_for_step(corpus, pool, step, config.prompts_per_step, config.seed, config.hop_weights), folds, engines
         )
         rolled = time.time()
-        loop.updates(state, engines, lambda name, episodes: update(roles[name], accelerator, episodes, config, pad, references[name]))
+        loop.updates(
+            state, engines, lambda name, episodes: update(roles[name], accelerator, episodes, config.for_role(name), pad, references[name])
+        )
         updated = time.time()
         row = state.metrics(rolled - began, updated - rolled, device)
         row["cpu_s"] = _cpu_seconds(accelerator, time.process_time() - began_cpu)  # every thread's; a paused run adds none

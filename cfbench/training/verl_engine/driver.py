@@ -108,7 +108,7 @@ def evolve(
         tasks = tasks_for_step(corpus, pool, step, config.prompts_per_step, config.seed, config.hop_weights)
         state = loop.rollouts(step, tasks, folds, engines)
         rolled = time.time()
-        loop.updates(state, engines, lambda name, episodes: update(roles[name], episodes, config, pad, gpus))
+        loop.updates(state, engines, lambda name, episodes: update(roles[name], episodes, config.for_role(name), pad, gpus))
         row = state.metrics(rolled - began, time.time() - rolled, f"verl on {gpus} GPUs") | {"processes": gpus}
         record_step(out, state, row)
         if step % config.save_every == 0 or step == config.steps:

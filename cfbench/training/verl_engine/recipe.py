@@ -85,6 +85,7 @@ def verl_configs(config: RLConfig, out: Path, gpus: int) -> dict[str, dict]:
 
 
 def _role_config(config: RLConfig, role: str, updates: int, out: Path, gpus: int) -> dict:
+    config = config.for_role(role)
     k, o = config.knobs, config.objective
     fsdp = {
         "param_offload": OFFLOAD,
