@@ -8,9 +8,9 @@
 
 `sample` asks the model for one 1-hop and one 2-hop proposal on each source of self-evolution.cpu's pool (the 43
 passages its runs propose from, none of them a source of the proposer warm-start data: tests/test_warmstart_data.py),
-exactly as a proposer step does (its prompt, search budget n-1, the config's knobs, retriever and temperature; the
-sampling seed is the hop count),
-and records every rollout with its strict parse, at the config's temperature or at --temperature. `sheet` writes, for
+exactly as a proposer step does (its prompt, search budget n-1, the config's knobs and retriever, the proposer's
+temperature or --temperature; the sampling seed is the hop count), and records every rollout with its strict parse
+(records without a temperature were sampled at 1.0, the proposer's before proposer_temperature). `sheet` writes, for
 every parsed proposal, the audit judge's own reference prompt (the source, the passages the proposer's searches found,
 the question: cfbench/training/audit/judge.py) into proposer/sheets/RECORD, keeping answers already written, for the
 sheet:llm-annotators judge (study/audit-sheet/ANNOTATORS.md) to answer. `table` reads the records: how many proposals
@@ -53,7 +53,7 @@ def sample(model: str, out: Path, temperature: float | None) -> None:
     from cfbench.training.treatments import load_config
 
     config = load_config("dr-zero", "cpu")
-    temperature = config.temperature if temperature is None else temperature
+    temperature = config.for_role("proposer").temperature if temperature is None else temperature
     corpus = load_corpus(corpus_path(config))
     pool = source_pool(corpus, config.source_pool, config.seed)
     retriever = retriever_for(config.retriever, corpus_path(config))
@@ -84,8 +84,7 @@ def sample(model: str, out: Path, temperature: float | None) -> None:
             )
     out.parent.mkdir(parents=True, exist_ok=True)
     head = {"model": model, "weights_sha256": ckpt.weights_sha256, "config": "self-evolution.cpu", "pool": len(pool)}
-    if temperature != config.temperature:
-        head["temperature"] = temperature  # absent: the config's
+    head["temperature"] = temperature
     out.write_text("".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in [head, *rows]))
 
 
@@ -175,7 +174,7 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("sample", help="sample the pool's proposals of one model into proposer/NAME.jsonl")
     s.add_argument("--model", required=True, help="a bundled model name or a checkpoint directory")
-    s.add_argument("--temperature", type=float, help="sampling temperature [default: the config's]; the record is NAME-tT.jsonl")
+    s.add_argument("--temperature", type=float, help="sampling temperature [default: the proposer's]; the record is NAME-tT.jsonl")
     sub.add_parser("sheet", help="write the judge's prompts for every record's parsed proposals into proposer/sheets/")
     t = sub.add_parser("table", help="rewrite STUDY.md's proposer section from the records")
     t.add_argument("--print", action="store_true", help="print the section instead")
