@@ -346,7 +346,7 @@ def signal_run_row(name: str, run: Path) -> str:
     """One self-evolving run of the recipe with signal against issue 35's criteria, from its config.json and
     metrics.jsonl: steps done, admitted tasks by round, and the roles' steps with an update that moved weights."""
     if not (run / "metrics.jsonl").is_file():
-        return f"| {name} | not started | | | | | |"
+        return f"| {name} | not started | | | | | | |"
     config, metrics = json.loads((run / "config.json").read_text()), _jsonl(run / "metrics.jsonl")
     per_round = config["proposer_steps"] + config["solver_steps"]
     steps, last = config["rounds"] * per_round, metrics[-1]["step"]
@@ -358,8 +358,18 @@ def signal_run_row(name: str, run: Path) -> str:
     wall, cpu = (_total(metrics, "rollout_s") + _total(metrics, "update_s")) / 3600, _total(metrics, "cpu_s") / 3600
     by_round = " / ".join(map(str, admitted.values()))
     done = f"{below} of {last // per_round}"
-    cells = [f"{last} / {steps} ({state})", by_round, done, _updates(metrics, roles), f"{wall:.2f}", f"{cpu:.2f}"]
+    cells = [f"{last} / {steps} ({state})", by_round, done, _updates(metrics, roles), _coverage(run), f"{wall:.2f}", f"{cpu:.2f}"]
     return f"| {name} | " + " | ".join(cells) + " |"
+
+
+def _coverage(run: Path) -> str:
+    """The sheet judge's audit coverage (resolved pairs / pairs) over the steps its last audit judged, if audited."""
+    path = run / "judged" / "sheet-llm-annotators" / "audit.json"
+    if not path.is_file():
+        return "not audited"
+    audit = json.loads(path.read_text())
+    o, judged = audit["overall"], [x["step"] for x in audit["steps"]]
+    return f"{o['coverage']:.2f} ({o['resolved_pairs']} / {o['pairs']}; steps {min(judged)}-{max(judged)})"
 
 
 def signal_runs_section() -> str:
@@ -368,8 +378,9 @@ def signal_runs_section() -> str:
         RUNS_BEGIN,
         "",
         f"| treatment | steps recorded (state) | admitted by round | finished rounds under {MIN_ADMITTED} admitted | steps whose update "
-        "moved the role's weights, of the steps updating it | wall hours (rollouts + updates) | CPU hours |",
-        "| --- | --- | --- | --- | --- | ---: | ---: |",
+        "moved the role's weights, of the steps updating it | audit coverage, sheet:llm-annotators (resolved pairs / pairs) | "
+        "wall hours (rollouts + updates) | CPU hours |",
+        "| --- | --- | --- | --- | --- | --- | ---: | ---: |",
     ]
     lines += [signal_run_row(name, STUDY / "signal" / folder) for name, folder in SIGNAL_SE.items()]
     return "\n".join([*lines, "", RUNS_END])
