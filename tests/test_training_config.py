@@ -62,6 +62,9 @@ def test_missing_keys_and_the_other_treatments_sections_are_named():
         parse(WarmStartConfig, data | {"lora": data["lora"] | {"dropout": 1}}, "w.json")
     with pytest.raises(CfbenchError, match="knob hop_weights must be 4 non-negative weights"):
         load_config("dr-zero", "cpu-smoke") | {"hop_weights": [1, 1]}
+    refused = r"knob proposer_temperature must be a number in \(0, 2\] \(rollouts are sampled\) \(or absent\), got 0$"
+    with pytest.raises(CfbenchError, match=refused):
+        load_config("dr-zero", "cpu-smoke") | {"proposer_temperature": 0}
 
 
 def test_a_run_recorded_before_the_recipe_knobs_still_resumes_and_a_changed_recipe_is_refused(tmp_path):

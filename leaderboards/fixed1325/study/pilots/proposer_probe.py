@@ -115,18 +115,24 @@ def _records() -> list[tuple[Path, dict, list[dict]]]:
     return out
 
 
+def _sheet_answers(record: Path) -> dict[str, str | None]:
+    """Proposal id -> what the judge wrote in the record's sheet (None: not answered yet); empty without a sheet."""
+    sheet = SHEETS / record.name
+    return {r["id"]: r["output"] for r in map(json.loads, sheet.read_text().splitlines())} if sheet.is_file() else {}
+
+
 def write_sheets() -> None:
     from cfbench.training.audit.judge import reference_prompt
 
     texts = _documents()
     for path, _, rows in _records():
-        sheet = SHEETS / path.name
-        answered = {r["id"]: r["output"] for r in map(json.loads, sheet.read_text().splitlines())} if sheet.is_file() else {}
+        answered = _sheet_answers(path)
         prompts = [
             {"id": r["id"], "prompt": reference_prompt(_evidence(r, texts), r["question"]), "output": answered.get(r["id"])}
             for r in rows
             if not r["parse_error"]
         ]
+        sheet = SHEETS / path.name
         sheet.parent.mkdir(exist_ok=True)
         sheet.write_text("".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in prompts))
         print(f"{sheet}: {sum(r['output'] is None for r in prompts)} of {len(prompts)} prompts without an answer")
@@ -136,8 +142,7 @@ def _answerable(path: Path, parsed: list[dict], texts: dict[str, str]) -> str:
     """Parsed proposals whose reference the judge resolved from their documents (the audit's parse and quote check)."""
     from cfbench.training.audit.judge import parse_reference
 
-    sheet = SHEETS / path.name
-    answers = {r["id"]: r["output"] for r in map(json.loads, sheet.read_text().splitlines())} if sheet.is_file() else {}
+    answers = _sheet_answers(path)
     judged = [r for r in parsed if answers.get(r["id"]) is not None]
     if not judged:
         return "-"
@@ -179,6 +184,8 @@ def main() -> None:
     t = sub.add_parser("table", help="rewrite STUDY.md's proposer section from the records")
     t.add_argument("--print", action="store_true", help="print the section instead")
     args = parser.parse_args()
+    if args.command == "sample" and args.temperature is not None and not 0 < args.temperature <= 2:
+        parser.error(f"--temperature {args.temperature:g}: a sampling temperature in (0, 2], as the knob temperature takes")
     if args.command == "sample":
         suffix = "" if args.temperature is None else f"-t{args.temperature:g}"
         sample(args.model, RECORDS / f"{Path(args.model).name}{suffix}.jsonl", args.temperature)
