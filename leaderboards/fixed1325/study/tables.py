@@ -131,12 +131,12 @@ def results(loaded: dict) -> str:
 def signal_runs(loaded: dict) -> dict[str, object]:
     """The recipe with signal's fixed1325 entries, found by the checkpoint they evaluated (study/signal/<folder>/...),
     the warm start shared with the first recipe; a treatment without a published entry is left out."""
+    models = {entry.parent: json.loads(entry.read_text())["model"].get("model", "") for entry in (SUITE / "runs").glob("*/results.json")}
     out = {"Base (warm start)": loaded["Base (warm start)"]}
     for treatment, (_, folder) in TREATMENTS.items():
-        model = f"{SIGNAL.relative_to(SUITE.parents[1])}/{folder}/"
-        for entry in sorted((SUITE / "runs").glob("*/results.json")):
-            if folder and json.loads(entry.read_text())["model"].get("model", "").startswith(model):
-                out[treatment] = load_run(entry.parent)
+        prefix = f"{SIGNAL.relative_to(SUITE.parents[1])}/{folder}/"
+        for entry in sorted(e for e, model in models.items() if folder and model.startswith(prefix)):
+            out[treatment] = load_run(entry)
     return out
 
 
