@@ -28,6 +28,9 @@ def test_reference_needs_a_quote_from_the_source():
         "The mountain is 8849 metres high.": "no <reference> answer",
         "<quote>x</quote><reference>  </reference>": "no <reference> answer",
         "<quote>height is</quote><reference>8849 metres</reference>": "the quote is under 3 words and does not hold the answer",
+        # a short quote holds its answer as whole words only: "849" is inside "8849" but is not what it says
+        "<quote>is 8849</quote><reference>849</reference>": "the quote is under 3 words and does not hold the answer",
+        "<quote>Its height is 8849 metres</quote><reference>The</reference>": "the reference is empty once normalised",
     }
     for output, reason in cases.items():
         ref = parse_reference(output, [SOURCE])
@@ -35,11 +38,11 @@ def test_reference_needs_a_quote_from_the_source():
     # a thinking block is dropped, and an echo of the instructions loses to the judge's own last span
     echoed = (
         "<think>maybe <reference>unresolved</reference></think> Copy between <quote> and </quote>, answer between <reference> "
-        "and </reference>.\n<quote>8849 metres</quote><reference>8,849 m</reference>"
+        "and </reference>.\n<quote>8849 metres</quote><reference>8,849 metres</reference>"
     )
     assert parse_reference(echoed, [SOURCE]).to_json() == {
         "status": "resolved",
-        "answer": "8,849 m",
+        "answer": "8,849 metres",
         "quote": "8849 metres",
         "reason": None,
         "quote_from": 0,

@@ -12,7 +12,8 @@ writing the question (marked [S], [P1], [P2], ... in retrieval order: a 2-4-hop 
 and the question, and must copy the supporting span into `<quote>` and the short answer into
 `<reference>`. The reference is "unresolved" when the judge says so, gives no answer, quotes
 nothing, quotes text that is in none of the marked documents (compared case-insensitively with
-whitespace collapsed), or quotes fewer than 3 words that do not hold its answer. A resolved
+whitespace collapsed), quotes fewer than 3 words that do not hold its answer as whole words (Cover-EM),
+or answers with what normalisation empties ("the"). A resolved
 reference records which document the quote came from (`quote_from`: 0 the source, k the k-th
 retrieved passage; the first that holds it). Then it answers yes/no for the adopted label and each solver response against the reference
 (the audit gives a response that matches the label the label's verdict); an empty answer is wrong and
@@ -128,12 +129,15 @@ def parse_reference(output: str, documents: list[str]) -> Reference:
         return Reference("unresolved", None, quote or None, "no <reference> answer")
     if normalize(answer) == "unresolved":
         return Reference("unresolved", None, quote or None, "the judge found no support in the evidence")
+    if not normalize(answer):  # "the", "?": nothing a response could be compared with
+        return Reference("unresolved", answer, quote or None, "the reference is empty once normalised")
     if not quote:
         return Reference("unresolved", answer, None, "no <quote> of the evidence")
     found = next((k for k, doc in enumerate(documents) if _squash(quote) in _squash(doc)), None)
     if found is None:
         return Reference("unresolved", answer, quote, "the quote is in none of the evidence documents")
-    if len(quote.split()) < MIN_QUOTE_WORDS and normalize(answer) not in normalize(quote):
+    # a short quote must hold the answer as whole words (Cover-EM): "1" is not held by "in 1990"
+    if len(quote.split()) < MIN_QUOTE_WORDS and not score(quote, [answer])["cover_em"]:
         return Reference("unresolved", answer, quote, f"the quote is under {MIN_QUOTE_WORDS} words and does not hold the answer")
     return Reference("resolved", answer, quote, None, found)
 
