@@ -1,4 +1,4 @@
-"""`cfbench audit` and `cfbench replay`."""
+"""`cfbench audit`, `cfbench replay`, and `cfbench audit split-sheet` / `fill-sheet` for a sheet judge's annotators."""
 
 from __future__ import annotations
 
@@ -45,13 +45,13 @@ def _answers_from_option(command):
 def _borrow(judge, spec: str, donors: tuple[Path, ...], openai_settings: dict) -> None:
     """Give a sheet judge the answers of other runs' audit sheets (--answers-from)."""
     from cfbench.harness.errors import CfbenchError
-    from cfbench.training.audit.judge import SHEET_FILE, SheetJudge, slug
+    from cfbench.training.audit.judge import SHEET_FILE, SheetJudge, judged_dir
 
     if not donors:
         return
     if not isinstance(judge, SheetJudge):
         raise CfbenchError(f"--answers-from is for sheet:NAME judges, not --judge {spec!r}")
-    judge.borrow([donor / "judged" / slug(spec, openai_settings["reasoning_effort"]) / SHEET_FILE for donor in donors])
+    judge.borrow([judged_dir(donor, spec, openai_settings["reasoning_effort"]) / SHEET_FILE for donor in donors])
 
 
 def _num(value: float | None) -> str:
@@ -84,7 +84,7 @@ def audit_cmd(runs, spec, report, donors, threads, **openai_settings) -> None:
     Each run's judgements go to RUN/judged/JUDGE/ (with the judge's cache: a rerun sends no request).
     """
     from cfbench.training.audit.audit import audit_run, saved_steps
-    from cfbench.training.audit.judge import AnswersWaiting, slug
+    from cfbench.training.audit.judge import AnswersWaiting, judged_dir
     from cfbench.training.audit.report import write_report
 
     if threads:
@@ -98,7 +98,7 @@ def audit_cmd(runs, spec, report, donors, threads, **openai_settings) -> None:
             raise CfbenchError(f"{len(runs)} runs need --report DIR for their side-by-side tables")
         records, waiting = [], []
         for run in runs:
-            out = run / "judged" / slug(spec, openai_settings["reasoning_effort"])
+            out = judged_dir(run, spec, openai_settings["reasoning_effort"])
             judge = _judge(spec, run, out, openai_settings)
             _borrow(judge, spec, donors, openai_settings)
             with job_progress(f"{run}: judged", "step", fields={"last": ""}) as progress:
@@ -118,7 +118,7 @@ def audit_cmd(runs, spec, report, donors, threads, **openai_settings) -> None:
             records.append(record)
         if waiting:
             raise AnswersWaiting([w for err in waiting for w in err.waits])
-        report = report or runs[0] / "judged" / slug(spec, openai_settings["reasoning_effort"])
+        report = report or judged_dir(runs[0], spec, openai_settings["reasoning_effort"])
         write_report(records, list(runs), report)
         click.echo((report / "audit.md").read_text() + "\n" + (report / "cost.md").read_text())
         console.print(f"report: {report} (audit.md, audit.csv, steps.csv, trajectory.png, cost.md)", highlight=False)
@@ -175,3 +175,54 @@ def replay_cmd(run, bank, variants, spec, out, epochs, donors, threads, **openai
         click.echo((out / "replay.md").read_text())
         console.print(f"replay: {out} ({len(summary['variants'])} variants)", highlight=False)
         end_processes()
+
+
+@click.command("split-sheet")
+@click.argument("run", type=_RUN)
+@click.option("--judge", "spec", required=True, help="The sheet judge whose waiting prompts to deal (sheet:NAME).")
+@click.option("--shares", type=click.IntRange(min=1), required=True, help="Share files to deal the prompts into, one per annotator.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shuffle and of the ids.")
+@click.option(
+    "--out", type=click.Path(path_type=Path), required=True, help="A new directory for the share files and the manifest mapping them back."
+)
+def split_sheet_cmd(run, spec, shares, seed, out) -> None:
+    """Shuffle the prompts RUN's audit waits on in a sheet judge's sheet and deal them into share files, one per annotator.
+
+    Each share-k.jsonl holds rows {id, prompt, output: null}, the id opaque; annotators write each output as its prompt
+    asks, and `cfbench audit fill-sheet` checks and merges the answers into the sheet.
+    """
+    from cfbench.training.audit.sheet_shares import split_sheet
+
+    with one_line_errors("nothing was written; rerun the command"):
+        manifest = split_sheet(run, spec, shares, seed, out)
+        unused = f"; {manifest['unused_rows']} rows no question asks now left out" if manifest["unused_rows"] else ""
+        console.print(
+            f"{manifest['prompts']} waiting prompts of {manifest['sheet']} dealt into {shares} shares in {out}{unused}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+@click.command("fill-sheet")
+@click.argument("run", type=_RUN)
+@click.option("--judge", "spec", required=True, help="The sheet judge the split was dealt for (sheet:NAME).")
+@click.argument("split", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("answers", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def fill_sheet_cmd(run, spec, split, answers) -> None:
+    """Check the answers to a split-sheet SPLIT (its share files, or the answered ANSWERS files) and write them all into the sheet.
+
+    A reference must quote one of its question's documents or say unresolved, a verdict must read yes or no; any problem,
+    a missing answer or a split the sheet has moved past is listed, one line each, and the sheet is left unchanged.
+    """
+    from cfbench.training.audit.sheet_shares import AnswersRefused, fill_sheet
+
+    with one_line_errors("the sheet is unchanged; rerun the command"):
+        try:
+            filled = fill_sheet(run, spec, split, list(answers))
+        except AnswersRefused as err:
+            for problem in err.problems:
+                console.print(problem, highlight=False, soft_wrap=True)
+            raise
+        console.print(
+            f"{filled} answers written into the sheet; run `cfbench audit {run} --judge {spec}` to go on", highlight=False, soft_wrap=True
+        )

@@ -32,7 +32,8 @@ A `sheet:` judge is asked through a file instead (`sheet.jsonl` in the judge's d
 the audit writes every prompt it has no answer for as a row {key, prompt, max_tokens, output: null} and
 stops; NAME writes each `output` exactly as the prompt asks (the same quote check applies), and the same
 command continues. The references come first, so a judged run takes two rounds of answers: references,
-then verdicts.
+then verdicts. `cfbench audit split-sheet` and `fill-sheet` (sheet_shares.py) deal a round to several annotators
+and check their answers as parse_reference and parse_verdict will read them before any enters the sheet.
 The identity of an `openai:` judge is its model name (plus its reasoning effort and output-token budget when
 set): serve different weights under different names. `openai:` judges go through the `openai` SDK
 (harness.openai_client). A reasoning effort is sent as the API's `reasoning_effort` with no temperature (reasoning
@@ -62,6 +63,7 @@ VERDICT_TOKENS = 8
 CHUNK = 16  # judge prompts per batch; each batch's answers are cached as soon as it returns
 SHEET_FILE = "sheet.jsonl"  # a sheet: judge's prompts and answers, in its judged/ directory
 MIN_QUOTE_WORDS = 3  # a shorter quote must contain the answer to count as support
+NO_SUPPORT = "the judge found no support in the evidence"  # the reason of an explicit <reference>unresolved</reference>
 _QUOTE = re.compile(r"<quote>(.*?)</quote>", re.DOTALL)
 _REFERENCE = re.compile(r"<reference>(.*?)</reference>", re.DOTALL)
 _THINKING = re.compile(r"<think>.*?(</think>|$)", re.DOTALL)
@@ -128,7 +130,7 @@ def parse_reference(output: str, documents: list[str]) -> Reference:
     if not answer:
         return Reference("unresolved", None, quote or None, "no <reference> answer")
     if normalize(answer) == "unresolved":
-        return Reference("unresolved", None, quote or None, "the judge found no support in the evidence")
+        return Reference("unresolved", None, quote or None, NO_SUPPORT)
     if not normalize(answer):  # "the", "?": nothing a response could be compared with
         return Reference("unresolved", answer, quote or None, "the reference is empty once normalised")
     if not quote:
@@ -487,6 +489,11 @@ def judge_for(
         f"unknown --judge {spec!r}; use openai:MODEL@URL, openai:MODEL (hosted), hf:MODEL_OR_DIR, sheet:NAME (letters, digits, ._-) "
         "or reference"
     )
+
+
+def judged_dir(run: Path, spec: str, reasoning_effort: str | None = None) -> Path:
+    """Where `cfbench audit` keeps a run's judgements by this judge (and a sheet judge's sheet): RUN/judged/<slug>."""
+    return run / "judged" / slug(spec, reasoning_effort)
 
 
 def slug(spec: str, reasoning_effort: str | None = None) -> str:

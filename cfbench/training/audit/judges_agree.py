@@ -13,13 +13,13 @@ from pathlib import Path
 
 from cfbench.harness import jsonl
 from cfbench.harness.errors import CfbenchError
-from cfbench.training.audit.judge import slug
+from cfbench.training.audit.judge import judged_dir
 from cfbench.training.audit.review import cohen_kappa
 from cfbench.training.core.answers import matches
 
 
 def judged(run: Path, spec: str) -> list[dict]:
-    folder = run / "judged" / slug(spec)
+    folder = judged_dir(run, spec)
     paths = sorted(folder.glob("step-*.jsonl"), key=lambda p: int(p.stem.split("-")[1]))
     if not paths:
         raise CfbenchError(f"{folder}: no judged steps; run `cfbench audit {run} --judge {spec}` first")

@@ -9,6 +9,7 @@ import click
 
 from cfbench.harness.cli_output import console, one_line_errors
 from cfbench.harness.paths import shown
+from cfbench.training.audit.cli import fill_sheet_cmd, split_sheet_cmd
 
 _RUN = click.Path(exists=True, file_okay=False, path_type=Path)
 
@@ -31,7 +32,8 @@ class AuditGroup(click.Group):
     def __init__(self, default: click.Command, **kwargs) -> None:
         help_text = (
             f"{inspect.cleandoc(default.help)}\n\nSubcommands review and agreement check the judge against a person, rename-judge "
-            "renames a sheet judge's stored answers; "
+            "renames a sheet judge's stored answers, split-sheet deals a sheet judge's waiting prompts to several annotators and "
+            "fill-sheet checks and merges their answers back; "
             f"the audit's own options: cfbench audit RUN --help."
         )
         super().__init__(name=default.name, help=help_text, context_settings={"ignore_unknown_options": True}, **kwargs)
@@ -59,11 +61,11 @@ class AuditGroup(click.Group):
 )
 def review_cmd(run, n, spec, seed, out) -> None:
     """Write a static page (opens from disk) where a person marks the judge's verdicts on N sampled questions right or wrong."""
-    from cfbench.training.audit.judge import slug
+    from cfbench.training.audit.judge import judged_dir
     from cfbench.training.audit.review import sample, write_page
 
     with one_line_errors("nothing is kept; rerun the command"):
-        judged = run / "judged" / slug(spec)
+        judged = judged_dir(run, spec)
         items = sample(judged, n, seed)
         out = out or judged / "review.html"
         write_page(items, {"run": shown(run), "judge": spec, "sample": {"n": n, "seed": seed}}, out)
@@ -116,4 +118,6 @@ def audit_group(audit_cmd: click.Command) -> click.Group:
     group.add_command(agreement_cmd)
     group.add_command(rename_judge_cmd)
     group.add_command(compare_judges_cmd)
+    group.add_command(split_sheet_cmd)
+    group.add_command(fill_sheet_cmd)
     return group
