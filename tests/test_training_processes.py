@@ -92,8 +92,10 @@ def test_two_processes_train_one_step_schedule_and_build_the_index_once(tiny_lla
 
 @pytest.mark.slow
 def test_self_evolution_shares_rollouts_among_processes_and_sharded_roles_train_as_replicated_ones(tiny_llama, tmp_path):
-    """CrossFit's 4 roles in 2 processes: each process samples half of every rollout batch and every process updates
-    each role on the whole step; sharded roles (sharing one sampler copy) end where replicated ones do."""
+    """CrossFit's 4 roles in 2 processes: each process samples half of every rollout batch, from its own stream, and
+    every process updates each role on the whole step; sharded roles (sharing one sampler copy) end where replicated ones do."""
+    from transformers import AutoTokenizer
+
     runs = {name: tmp_path / name for name in ("replicated", "sharded")}
     for name, changes in (("replicated", {}), ("sharded", SHARDED)):
         launch("processes_selfevolve.py", 2, str(tiny_llama), str(runs[name]), json.dumps(changes))
@@ -104,6 +106,12 @@ def test_self_evolution_shares_rollouts_among_processes_and_sharded_roles_train_
     replicated, sharded = audit(runs["replicated"]), audit(runs["sharded"])
     assert [r["step"] for r in replicated] == [1] * 4 + [2] * 4 + [3] * 4 and any(r["admitted"] for r in replicated)
     assert all(len(r["solver_responses"]) == 5 for r in replicated if r["admitted"])
+    # a task's answers alternate between the processes' shares (every other one each), so two of them are the same
+    # question in the same row of the two shares: sampled with one seed, they would start with the same token
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama)
+    for r in replicated:
+        firsts = [tokenizer.encode(a["turns"][0]["generated"], add_special_tokens=False)[0] for a in r["solver_responses"]]
+        assert len(set(firsts)) == len(firsts), (r["task_id"], firsts)
     assert sharded == replicated  # the same proposals, admissions, scorers, responses and k
     for r in replicated[:4]:  # step 1's scripted proposals, gathered back onto their own tasks: each quotes its own source
         assert re.search(r"Which article says '(.*)'\?", r["proposer_turns"][-1]["generated"]).group(1) in r["source"]
@@ -127,6 +135,15 @@ def test_self_evolution_shares_rollouts_among_processes_and_sharded_roles_train_
     assert sorted(p.name for p in state.glob("sharded-optimizer-*")) == [
         f"sharded-optimizer-{n}.pt" for n in ("aux-0", "aux-1", "main", "proposer")
     ]
+
+
+def test_each_process_samples_its_share_from_its_own_stream_and_a_single_process_from_the_named_one():
+    from types import SimpleNamespace
+
+    from cfbench.training.core.learner import process_stream
+
+    assert process_stream("aux-0", SimpleNamespace(num_processes=1, process_index=0)) == "aux-0"  # single-process runs draw as before
+    assert [process_stream("aux-0", SimpleNamespace(num_processes=2, process_index=rank)) for rank in (0, 1)] == ["aux-0-0", "aux-0-1"]
 
 
 def test_sharding_knobs_are_checked_in_one_line():

@@ -191,7 +191,7 @@ def feedback(
     from cfbench.harness.backends.tokens import PromptTokens
     from cfbench.harness.checkpoints import TRAIN_RECORD, resolve
     from cfbench.harness.retrievers.choose import retriever_for
-    from cfbench.training.core.learner import accelerator_for_training, checkpoints, learner, sampler
+    from cfbench.training.core.learner import accelerator_for_training, checkpoints, learner, process_stream, sampler
     from cfbench.training.core.policy_update import reference_model, update
     from cfbench.training.selfevolve.loop import solver_answers, solver_episodes
     from cfbench.training.selfevolve.run import spread
@@ -225,7 +225,8 @@ def feedback(
     reference = reference_model(config, ckpt.location, accelerator)
 
     def answers(name: str, mine: list[Task], step: int, stream: str):
-        engine = sampler(accelerator, roles[name], tokens, ckpt, config, step, stream)
+        # spread() shares `mine` out among the processes: each samples its share from its own stream
+        engine = sampler(accelerator, roles[name], tokens, ckpt, config, step, process_stream(stream, accelerator))
         asked = [(t.id, questions[t.id], labels[t.id]) for t in mine]
         return solver_answers(asked, engine, retriever, knobs, m, name, spread(accelerator, config.rollout_rows))
 

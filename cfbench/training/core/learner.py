@@ -181,6 +181,14 @@ def sampler(
     return HFBackend(model, tokens, ckpt=ckpt, dtype=dtype, temperature=config.temperature, seed=seed)
 
 
+def process_stream(stream: str, accelerator) -> str:
+    """This process's sampler stream when every process samples its own share of a batch (selfevolve.run.spread):
+    the same seed in two processes would give the answers in the same row of their shares the same draws (the same
+    first token at least), so a GRPO group or an MSV majority would hold fewer independent answers than it counts.
+    A single process keeps `stream` itself, so its runs sample as they always did."""
+    return stream if accelerator.num_processes == 1 else f"{stream}-{accelerator.process_index}"
+
+
 def ready_to_sample(role: Learner) -> None:
     """Put a sharded role's current weights into the sampler copy it shares (every process at once); nothing for others."""
     if role.sampler is not None:

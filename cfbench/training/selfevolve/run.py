@@ -28,7 +28,7 @@ from cfbench.harness.corpus import load_corpus
 from cfbench.harness.protocol import Knobs
 from cfbench.harness.suite import Question
 from cfbench.training.config.classes import SelfEvolutionConfig
-from cfbench.training.core.learner import ready_to_sample, sampler, save, start_roles
+from cfbench.training.core.learner import process_stream, ready_to_sample, sampler, save, start_roles
 from cfbench.training.core.policy_update import update
 from cfbench.training.core.rollouts import rollouts
 from cfbench.training.core.served import AdapterSync
@@ -77,6 +77,8 @@ def self_evolve(
     loop = Loop(config, tokens, retriever, provenance, texts, spread(accelerator, config.rollout_rows), ready)
     device = torch.cuda.get_device_name(accelerator.device) if accelerator.device.type == "cuda" else accelerator.device.type
     served = AdapterSync(config.rollout_server, out) if config.rollout_server else None
+    # each process samples its share of a batch (spread) from its own stream; a served adapter keeps the role's name
+    streams = {name: process_stream(name, accelerator) for name in names}
 
     last = out / f"checkpoint-{start}"
     pad = tokenizer.pad_token_id or 0
@@ -84,11 +86,13 @@ def self_evolve(
         began, began_cpu = time.time(), time.process_time()
         # a sharded role's sampler copy is shared by every role and refreshed before each of its rollouts (ready_to_sample)
         engines = {
-            name: sampler(accelerator, roles[name], tokens, starts[name], config, step, name, served, False) for name in solver_names
+            name: sampler(accelerator, roles[name], tokens, starts[name], config, step, streams[name], served, False, name)
+            for name in solver_names
         }
         scripted = proposer_engine(step) if proposer_engine else None
+        proposer = config.for_role("proposer")
         engines["proposer"] = scripted or sampler(
-            accelerator, roles["proposer"], tokens, starts["proposer"], config.for_role("proposer"), step, "proposer", served, False
+            accelerator, roles["proposer"], tokens, starts["proposer"], proposer, step, streams["proposer"], served, False, "proposer"
         )
         state = loop.rollouts(
             step, tasks_for_step(corpus, pool, step, config.prompts_per_step, config.seed, config.hop_weights), folds, engines
