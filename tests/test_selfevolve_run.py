@@ -124,6 +124,55 @@ def test_only_the_latest_checkpoint_keeps_a_resume_state_and_it_holds_no_second_
     assert not [n for n in saved if n.endswith((".safetensors", ".bin")) and n.startswith("model")]
 
 
+TIMING = ("rollout_s", "update_s", "cpu_s")  # wall and CPU seconds: the only fields of a metrics row a resumed run may change
+LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}  # the cpu scale's kind of role, a few kB here
+
+
+@pytest.mark.slow
+def test_a_crossfit_run_stopped_and_resumed_is_the_run_that_went_straight_through(tmp_path, tokens, tiny_llama):
+    """What `cfbench train --steps 2` then `--resume` with the run's 4 steps does (the cpu runs span sittings that way),
+    with LoRA roles and the proposer at its own temperature as at the cpu scale: steps P S | S P (one proposer and one
+    solver step each side of the stop), then every audit row, every metrics row but its timings, the checkpoint's record
+    and each role's adapter bit for bit are the uninterrupted run's, and the resumed call ran steps 3 and 4 only.
+
+    The random model earns no reward, so every advantage is 0 and no adapter would move: a k1 KL term gives every update a
+    gradient (minus the sampled tokens' log-probs), so each role's weights and AdamW moments change at each of its updates."""
+    from safetensors.torch import load_file
+
+    from cfbench.training.core.learner import role_dir
+
+    objective = {"kl_coef": 0.1, "kl_type": "kl"}
+    settings = {"model": str(tiny_llama), "lora": LORA, "proposer_temperature": 0.5, "objective": objective}
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    train(config("crossfit", 4, 2) | settings, straight, proposer_engine=scripted(tokens))
+    train(config("crossfit", 2, 2) | settings, stopped, proposer_engine=scripted(tokens))
+    resumed: list[dict] = []
+    train(config("crossfit", 4, 2) | settings, stopped, resume=True, on_step=resumed.append, proposer_engine=scripted(tokens))
+
+    def untimed(run: Path) -> list[dict]:
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+
+    metrics = untimed(straight)
+    assert [r["step"] for r in resumed] == [3, 4] and [r["phase"] for r in metrics] == ["proposer", "solver", "solver", "proposer"]
+    assert untimed(stopped) == metrics and [{k: r[k] for k in r if k not in TIMING} for r in resumed] == metrics[2:]
+    rows = audit(straight)
+    assert rows == audit(stopped) and [r["step"] for r in rows] == [1, 1, 2, 2, 3, 3, 4, 4] and any(r["admitted"] for r in rows)
+    assert (stopped / FOLDS_FILE).read_bytes() == (straight / FOLDS_FILE).read_bytes()
+    record = "checkpoint-4/cfbench_train.json"
+    assert (stopped / record).read_text() == (straight / record).read_text()  # config and every role's provenance
+    moved = set()
+    for role in ("main", "proposer", "aux-0", "aux-1"):
+        ours, theirs, early = (
+            load_file(role_dir(run / f"checkpoint-{step}", role) / "adapter_model.safetensors")
+            for run, step in ((stopped, 4), (straight, 4), (straight, 2))
+        )
+        assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in theirs), role
+        moved |= {role} if any(not torch.equal(early[k], theirs[k]) for k in theirs) else set()
+    # the check bites: the roles trained after the stop (step 3 the main solver and its fold's, step 4 the proposer) moved
+    assert moved == {"main", "proposer"} | {f"aux-{r['fold']}" for r in rows if r["step"] == 3 and r["admitted"]}
+
+
 ROUND_ONE_SOURCES = [  # a small corpus of its own: 2 of these are the pool, 3 searchable titles for the 2-hop proposals
     ("volcano", "Mount Etna", "Mount Etna is an active stratovolcano on the east coast of Sicily in Italy, between Messina and Catania."),
     ("river", "Danube", "The Danube is the second longest river in Europe, flowing through ten countries before the Black Sea."),
@@ -270,9 +319,8 @@ def test_the_proposer_starts_from_proposer_model_and_resumes_from_it(tmp_path, t
     for name in ("tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"):
         if (tiny_llama / name).is_file():
             shutil.copy(tiny_llama / name, other)
-    lora = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
     out = tmp_path / "dr-zero"
-    settings = {"model": str(tiny_llama), "proposer_model": str(other), "lora": lora}
+    settings = {"model": str(tiny_llama), "proposer_model": str(other), "lora": LORA}
     train(config("dr-zero", 1, 1) | settings, out, proposer_engine=scripted(tokens))
     train(config("dr-zero", 2, 1) | settings, out, resume=True, proposer_engine=scripted(tokens))
     last = out / "checkpoint-2"
