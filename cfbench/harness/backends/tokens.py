@@ -66,12 +66,5 @@ class TokenizedEngine:
     def chat_prompt(self, user: str) -> str:
         return self.tokens.chat_prompt(user)
 
-    def completion(self, ids: list[int], logprobs: list[float], stop: tuple[str, ...], max_new_tokens: int) -> Completion:
-        """A Completion of sampled ids (end of sequence left out): their text cut after the first stop string."""
-        cut = cut_at_stop(self.decode(ids), stop)
-        hit = next((s for s in stop if cut.endswith(s)), None)  # only a stop string that occurs ends the cut
-        ended_early = hit is not None or len(ids) < max_new_tokens  # a stop string or end of sequence
-        return Completion(cut, len(ids), "stop" if ended_early else "length", hit, tuple(ids), tuple(logprobs))
-
     def truncate(self, text: str, max_tokens: int) -> str:
         return self.tokens.truncate(text, max_tokens)
