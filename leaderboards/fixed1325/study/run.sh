@@ -7,7 +7,11 @@
 # First the fixed1325 evaluations of the finished trainings (unfinished ones live in
 # leaderboards/fixed1325/pending/, a few MB of text, so a sitting can stop anywhere), then the
 # trainings not yet finished. A training stopped midway must be committed with its latest checkpoint's
-# state/ (tens of MB per role), so start one only with about 2 hours of the sitting left.
+# state/ (tens of MB per role), so start one only with about 2 hours of the sitting left. Commit that one
+# checkpoint only (about 127 MB for CrossFit's four roles): remove the sitting's earlier checkpoint-N/ folders
+# first, and restore the committed checkpoint's state/ that the newer save deleted (`git checkout -- RUN/checkpoint-M`)
+# rather than committing its removal: what one sitting submits is capped in size (binary files count whole, a
+# removal too), and a sitting that committed several checkpoints was refused whole, its work lost.
 # Evaluations keep the Base row's engine: --linear torch, 2 threads (batch 32, an engine setting).
 # RECIPE=signal runs the same pieces for the recipe with signal (the cpu configs since issue 35) in study/signal/,
 # its evaluations into pending/ as smollm2-135m-signal-T; unset, the first cpu recipe's runs in study/ (all trained).
